@@ -1,0 +1,99 @@
+// Input checks shared by the CPU and CUDA implementations. Every failure names the argument and what was
+// expected, and raises (RuntimeError in Python) before any kernel runs.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <optional>
+
+namespace sdpa {
+
+struct AttentionDims {
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+};
+
+inline void check_codes(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn || t.scalar_type() == at::kByte, name,
+              " must be torch.float8_e4m3fn or torch.uint8 holding E4M3 codes, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 4, name, " must have 4 dims [B, H, S, D], got ", t.dim(), " dims (shape ", t.sizes(), ")");
+  TORCH_CHECK(t.numel() > 0, name, " must be non-empty, got shape ", t.sizes());
+  TORCH_CHECK(t.stride(3) == 1, name, " must have a contiguous last dim (stride(-1) == 1), got strides ",
+              t.strides());
+}
+
+inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& q) {
+  TORCH_CHECK(t.device() == q.device(), name, " must be on the same device as q (", q.device(), "), got ", t.device());
+}
+
+inline void check_scale(const at::Tensor& scale, const char* name, int64_t batch, int64_t heads, const char* heads_name) {
+  TORCH_CHECK(scale.scalar_type() == at::kFloat, name, " must be torch.float32, got ", scale.scalar_type());
+  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == batch && scale.size(1) == heads, name, " must have shape [B, ",
+              heads_name, "] = [", batch, ", ", heads, "], got ", scale.sizes());
+}
+
+inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& q_scale, const at::Tensor& k_scale,
+                                            const at::Tensor& v_scale) {
+  check_codes(q, "q");
+  check_codes(k, "k");
+  check_codes(v, "v");
+  check_same_device(k, "k", q);
+  check_same_device(v, "v", q);
+  check_same_device(q_scale, "q_scale", q);
+  check_same_device(k_scale, "k_scale", q);
+  check_same_device(v_scale, "v_scale", q);
+
+  const AttentionDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
+  TORCH_CHECK(d.head_dim == 64 || d.head_dim == 128, "q: head dim (size(-1)) must be 64 or 128, got ", d.head_dim);
+  TORCH_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim, "k must have shape [B, Hkv, Sk, D] with B = ", d.batch,
+              " and D = ", d.head_dim, " as in q, got ", k.sizes());
+  TORCH_CHECK(v.sizes() == k.sizes(), "v must have the same shape as k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK(d.heads_q % d.heads_kv == 0, "q heads (", d.heads_q, ") must be a multiple of k/v heads (", d.heads_kv,
+              ") for grouped-query attention");
+  check_scale(q_scale, "q_scale", d.batch, d.heads_q, "Hq");
+  check_scale(k_scale, "k_scale", d.batch, d.heads_kv, "Hkv");
+  check_scale(v_scale, "v_scale", d.batch, d.heads_kv, "Hkv");
+  return d;
+}
+
+inline void check_attention_outputs(const at::Tensor& out, const at::Tensor& lse, const at::Tensor& q,
+                                    const AttentionDims& d) {
+  check_same_device(out, "out", q);
+  check_same_device(lse, "lse", q);
+  TORCH_CHECK(out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16,
+              "out must be torch.float16 or torch.bfloat16, got ", out.scalar_type());
+  TORCH_CHECK(out.sizes() == at::IntArrayRef({d.batch, d.heads_q, d.seqlen_q, d.head_dim}),
+              "out must have shape [B, Hq, Sq, D] = ", q.sizes(), ", got ", out.sizes());
+  TORCH_CHECK(out.stride(3) == 1, "out must have a contiguous last dim, got strides ", out.strides());
+  TORCH_CHECK(lse.scalar_type() == at::kFloat, "lse must be torch.float32, got ", lse.scalar_type());
+  TORCH_CHECK(lse.sizes() == at::IntArrayRef({d.batch, d.heads_q, d.seqlen_q}), "lse must have shape [B, Hq, Sq] = [",
+              d.batch, ", ", d.heads_q, ", ", d.seqlen_q, "], got ", lse.sizes());
+}
+
+inline at::ScalarType resolve_out_dtype(std::optional<at::ScalarType> out_dtype) {
+  const at::ScalarType dtype = out_dtype.value_or(at::kHalf);
+  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "out_dtype must be torch.float16 or torch.bfloat16, got ",
+              dtype);
+  return dtype;
+}
+
+inline float resolve_softmax_scale(std::optional<double> scale, int64_t head_dim) {
+  const double value = scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  TORCH_CHECK(std::isfinite(value), "scale must be finite, got ", value);
+  return static_cast<float>(value);
+}
+
+inline void check_quantize_inputs(const at::Tensor& x, const std::optional<at::Tensor>& scale) {
+  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
+              "x must be torch.float16, torch.bfloat16 or torch.float32, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 4, "x must have 4 dims [B, H, S, D], got ", x.dim(), " dims (shape ", x.sizes(), ")");
+  TORCH_CHECK(x.numel() > 0, "x must be non-empty, got shape ", x.sizes());
+  if (scale.has_value()) {
+    TORCH_CHECK(scale->device() == x.device(), "scale must be on the same device as x (", x.device(), "), got ",
+                scale->device());
+    check_scale(*scale, "scale", x.size(0), x.size(1), "H");
+  }
+}
+
+}  // namespace sdpa

@@ -1,0 +1,106 @@
+// CPU implementation of sdpa::fp8_forward: reference quality, fp32 throughout, one query row per task.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../checks.h"
+#include "../forward.h"
+#include "../kernels/fp8.h"
+
+namespace sdpa {
+namespace {
+
+// All 256 codes decoded once; E4M3 -> float is exact.
+const std::array<float, 256>& e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int c = 0; c < 256; ++c) t[c] = e4m3_to_float(static_cast<uint8_t>(c));
+    return t;
+  }();
+  return table;
+}
+
+// Decoded codes (not yet multiplied by the per-head scale) as a contiguous float tensor.
+at::Tensor decode_codes(const at::Tensor& codes) {
+  const at::Tensor bytes = codes.view(at::kByte).contiguous();
+  at::Tensor values = at::empty(bytes.sizes(), bytes.options().dtype(at::kFloat));
+  const uint8_t* src = bytes.data_ptr<uint8_t>();
+  float* dst = values.data_ptr<float>();
+  const auto& table = e4m3_table();
+  at::parallel_for(0, bytes.numel(), 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] = table[src[i]];
+  });
+  return values;
+}
+
+void fp8_forward_into_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_scale,
+                          const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& out,
+                          const at::Tensor& lse, bool is_causal, std::optional<double> scale,
+                          c10::string_view variant) {
+  const AttentionDims d = check_attention_inputs(q, k, v, q_scale, k_scale, v_scale);
+  check_attention_outputs(out, lse, q, d);
+  TORCH_CHECK(variant == "auto", "variant '", variant,
+              "' is not available on CPU: the CPU implementation accepts only variant='auto'");
+  const float softmax_scale = resolve_softmax_scale(scale, d.head_dim);
+
+  const at::Tensor qf = decode_codes(q), kf = decode_codes(k), vf = decode_codes(v);
+  const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
+  at::Tensor out_f = at::empty(out.sizes(), out.options().dtype(at::kFloat));
+  at::Tensor lse_f = at::empty(lse.sizes(), lse.options());
+
+  const int64_t D = d.head_dim, Sq = d.seqlen_q, Sk = d.seqlen_k, group = d.heads_q / d.heads_kv;
+  const float *q_ptr = qf.data_ptr<float>(), *k_ptr = kf.data_ptr<float>(), *v_ptr = vf.data_ptr<float>();
+  const float *qs_ptr = qs.data_ptr<float>(), *ks_ptr = ks.data_ptr<float>(), *vs_ptr = vs.data_ptr<float>();
+  float *out_ptr = out_f.data_ptr<float>(), *lse_ptr = lse_f.data_ptr<float>();
+
+  const int64_t rows = d.batch * d.heads_q * Sq;
+  const int64_t grain = std::max<int64_t>(1, (1 << 16) / (Sk * D));
+  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> prob(Sk);
+    std::vector<float> acc(D);
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t i = r % Sq, head_q = r / Sq, b = head_q / d.heads_q;
+      const int64_t head_kv = b * d.heads_kv + (head_q % d.heads_q) / group;
+      const float* q_row = q_ptr + r * D;
+      const float* k_head = k_ptr + head_kv * Sk * D;
+      const float* v_head = v_ptr + head_kv * Sk * D;
+      const float score_scale = qs_ptr[head_q] * ks_ptr[head_kv] * softmax_scale;
+      const int64_t visible = is_causal ? std::min(Sk, i + 1) : Sk;  // top-left aligned causal mask
+
+      float row_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < visible; ++j) {
+        float dot = 0.0f;
+        for (int64_t c = 0; c < D; ++c) dot += q_row[c] * k_head[j * D + c];
+        prob[j] = dot * score_scale;
+        row_max = std::max(row_max, prob[j]);
+      }
+      float row_sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = 0; j < visible; ++j) {
+        const float p = std::exp(prob[j] - row_max);
+        row_sum += p;
+        for (int64_t c = 0; c < D; ++c) acc[c] += p * v_head[j * D + c];
+      }
+      const float out_scale = vs_ptr[head_kv] / row_sum;
+      for (int64_t c = 0; c < D; ++c) out_ptr[r * D + c] = acc[c] * out_scale;
+      lse_ptr[r] = row_max + std::log(row_sum);
+    }
+  });
+  out.copy_(out_f);
+  lse.copy_(lse_f);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sdpa, CPU, m) {
+  m.impl("fp8_forward", &forward_functional<&fp8_forward_into_cpu>);
+  m.impl("fp8_forward_into", &fp8_forward_into_cpu);
+}
+
+}  // namespace sdpa

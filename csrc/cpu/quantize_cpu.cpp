@@ -1,0 +1,44 @@
+// CPU implementation of sdpa::quantize_fp8: per-head amax, scale = amax / 448, round-to-nearest-even encode.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "../checks.h"
+#include "../kernels/fp8.h"
+
+namespace sdpa {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_cpu(const at::Tensor& x, const std::optional<at::Tensor>& scale) {
+  check_quantize_inputs(x, scale);
+  const at::Tensor values = x.to(at::kFloat).contiguous();  // exact for fp16 / bf16
+  at::Tensor codes = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
+  at::Tensor scales = scale.has_value() ? scale->to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).contiguous()
+                                        : at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kFloat));
+
+  const int64_t heads = x.size(0) * x.size(1), per_head = x.size(2) * x.size(3);
+  const float* src = values.data_ptr<float>();
+  uint8_t* dst = static_cast<uint8_t*>(codes.data_ptr());
+  float* scale_ptr = scales.data_ptr<float>();
+  const bool derive_scale = !scale.has_value();
+  at::parallel_for(0, heads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t h = begin; h < end; ++h) {
+      const float* head = src + h * per_head;
+      if (derive_scale) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < per_head; ++i) amax = std::fmax(amax, std::fabs(head[i]));
+        scale_ptr[h] = scale_from_amax(amax);
+      }
+      for (int64_t i = 0; i < per_head; ++i) dst[h * per_head + i] = quantize_e4m3(head[i], scale_ptr[h]);
+    }
+  });
+  return {codes, scales};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sdpa, CPU, m) { m.impl("quantize_fp8", &quantize_fp8_cpu); }
+
+}  // namespace sdpa

@@ -1,0 +1,76 @@
+// Small device helpers shared by the attention kernels.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "params.h"
+
+namespace sdpa {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Max / sum over groups of kWidth consecutive lanes (kWidth a power of two <= 32).
+template <int kWidth>
+__device__ __forceinline__ float group_max(float x) {
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xFFFFFFFFu, x, offset));
+  return x;
+}
+template <int kWidth>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xFFFFFFFFu, x, offset);
+  return x;
+}
+
+// Which (batch, query head, kv head) a flat block index belongs to, with `blocks_per_head` query tiles per head.
+struct HeadCoords {
+  int batch, head_q, head_kv, tile;
+};
+__device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {
+  HeadCoords c;
+  c.tile = blockIdx.x % blocks_per_head;
+  const int head = blockIdx.x / blocks_per_head;
+  c.head_q = head % p.heads_q;
+  c.batch = head / p.heads_q;
+  c.head_kv = c.head_q / (p.heads_q / p.heads_kv);
+  return c;
+}
+
+// The largest key index + 1 that any query row in [row0, row0 + rows) may attend to.
+__device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int rows) {
+  return p.is_causal ? min(p.seqlen_k, row0 + rows) : p.seqlen_k;
+}
+
+// Online-softmax state of one query row, in log2 units: scores are pre-multiplied by scale * log2(e).
+struct RowSoftmax {
+  float max = -INFINITY;
+  float sum = 0.0f;
+
+  // Folds in a tile whose row maximum is tile_max; returns the factor that rescales the old accumulator
+  // and the offset that the tile's exp2 arguments subtract. A row with nothing visible yet keeps max = -inf
+  // and uses offset 0, so exp2(-inf - 0) = 0 instead of NaN.
+  __device__ __forceinline__ float rescale(float tile_max, float* offset) {
+    const float new_max = fmaxf(max, tile_max);
+    *offset = new_max == -INFINITY ? 0.0f : new_max;
+    const float correction = exp2f(max - *offset);
+    max = new_max;
+    sum *= correction;
+    return correction;
+  }
+  // Natural-log logsumexp of the row's scaled scores.
+  __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
+};
+
+}  // namespace sdpa

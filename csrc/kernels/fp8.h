@@ -1,0 +1,99 @@
+// E4M3 codec shared by the CPU implementation and the CUDA kernels.
+//
+// E4M3 here means exactly torch.float8_e4m3fn: 1 sign, 4 exponent (bias 7) and 3 mantissa bits, no
+// infinities, NaN = S.1111.111, largest finite value 448. Encoding rounds to nearest even and saturates to
+// +-448 (infinities too), which is what torch's own cast does (checked against torch 2.13: 464, 480, 1e6 and
+// inf all become 0x7E). Every E4M3 value is exact in fp16 and fp32, so decoding is exact.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define SDPA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SDPA_HOST_DEVICE inline
+#endif
+
+namespace sdpa {
+
+constexpr float kE4M3Max = 448.0f;
+constexpr uint8_t kE4M3MaxCode = 0x7E;
+constexpr uint8_t kE4M3NanCode = 0x7F;
+
+SDPA_HOST_DEVICE uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+SDPA_HOST_DEVICE float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+// Exact decode of one E4M3 code.
+SDPA_HOST_DEVICE float e4m3_to_float(uint8_t code) {
+  const uint32_t sign = static_cast<uint32_t>(code & 0x80u) << 24;
+  const uint32_t magnitude = code & 0x7Fu;
+  if (magnitude == 0x7Fu) return bits_float(sign | 0x7FC00000u);
+  if (magnitude < 8u) {
+    // Subnormal: mantissa * 2^-9.
+    return bits_float(sign | float_bits(static_cast<float>(magnitude) * 0.001953125f));
+  }
+  // Normal: rebias the exponent from 7 to 127 and move the 3 mantissa bits to the top of fp32's 23.
+  const uint32_t exponent = (magnitude >> 3) + 120u;
+  return bits_float(sign | (exponent << 23) | ((magnitude & 7u) << 20));
+}
+
+// Round-to-nearest-even, saturating encode of one float.
+SDPA_HOST_DEVICE uint8_t float_to_e4m3(float value) {
+  const uint32_t bits = float_bits(value);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return sign | kE4M3NanCode;
+  if (magnitude >= 0x43E00000u) return sign | kE4M3MaxCode;  // >= 448, infinity included
+  if (magnitude < 0x3C800000u) {
+    // Below the smallest normal (2^-6): a multiple of 2^-9; scaling by 512 is exact, rintf rounds half-even.
+    const float units = bits_float(magnitude) * 512.0f;
+#if defined(__CUDA_ARCH__)
+    return sign | static_cast<uint8_t>(__float2int_rn(units));
+#else
+    return sign | static_cast<uint8_t>(__builtin_rintf(units));
+#endif
+  }
+  // Normal: round the 23-bit mantissa to 3 bits, half to even; a carry moves into the exponent correctly.
+  const uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  const uint32_t exponent = (rounded >> 23) - 120u;
+  return sign | static_cast<uint8_t>((exponent << 3) | ((rounded >> 20) & 7u));
+}
+
+// The value stored for x under a per-head scale: x / scale with IEEE division, then encoded.
+// Bit-identical to (x / scale).to(torch.float8_e4m3fn) with x already in fp32.
+SDPA_HOST_DEVICE uint8_t quantize_e4m3(float x, float scale) {
+#if defined(__CUDA_ARCH__)
+  return float_to_e4m3(__fdiv_rn(x, scale));
+#else
+  return float_to_e4m3(x / scale);
+#endif
+}
+
+// scale[b, h] = amax / 448, or 1 for a head of zeros (so that decoding is still x = code * scale).
+SDPA_HOST_DEVICE float scale_from_amax(float amax) {
+#if defined(__CUDA_ARCH__)
+  return amax > 0.0f ? __fdiv_rn(amax, kE4M3Max) : 1.0f;
+#else
+  return amax > 0.0f ? amax / kE4M3Max : 1.0f;
+#endif
+}
+
+}  // namespace sdpa

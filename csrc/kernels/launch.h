@@ -1,0 +1,26 @@
+// Torch-free entry points of the CUDA kernels, called by the host code in csrc/cuda/.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace sdpa {
+
+// Attention variants built into this library, in ladder order. Names match sdpa_ext/variants.py.
+int attention_variant_count();
+const char* attention_variant_name(int index);
+// Index of a variant name, or -1 when no variant has that name.
+int find_attention_variant(const char* name);
+// The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90).
+int auto_attention_variant(const AttentionParams& params, int sm);
+
+// Enqueues the attention on `stream`; returns the launch error, if any.
+cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream);
+
+// Number of blocks per head that the two quantization passes use.
+int quantize_chunks(const QuantizeParams& params);
+// Enqueues the amax pass (skipped when params.given_scale is set) and the encode pass.
+cudaError_t launch_quantize(const QuantizeParams& params, cudaStream_t stream);
+
+}  // namespace sdpa

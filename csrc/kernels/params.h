@@ -1,0 +1,48 @@
+// Plain parameter structs passed by value to the kernels. No torch types: csrc/kernels compiles with nvcc alone.
+#pragma once
+
+#include <cstdint>
+
+namespace sdpa {
+
+enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
+
+// One attention call. Strides are in elements (one byte for E4M3 codes); the last dim is contiguous.
+struct AttentionParams {
+  const uint8_t* q;  // [B, Hq, Sq, D] E4M3 codes
+  const uint8_t* k;  // [B, Hkv, Sk, D]
+  const uint8_t* v;  // [B, Hkv, Sk, D]
+  const float* q_scale;  // [B, Hq], contiguous
+  const float* k_scale;  // [B, Hkv], contiguous
+  const float* v_scale;  // [B, Hkv], contiguous
+  void* out;             // [B, Hq, Sq, D] fp16 or bf16
+  float* lse;            // [B, Hq, Sq]
+
+  int64_t q_batch_stride, q_head_stride, q_row_stride;
+  int64_t k_batch_stride, k_head_stride, k_row_stride;
+  int64_t v_batch_stride, v_head_stride, v_row_stride;
+  int64_t out_batch_stride, out_head_stride, out_row_stride;
+  int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
+
+  int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  float softmax_scale;  // multiplies q.k of the dequantized inputs
+  bool is_causal;       // top-left aligned: query i sees keys j <= i
+  OutputType out_type;
+};
+
+enum class InputType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// One per-head quantization call: x [B, H, S, D] (any strides) -> codes [B, H, S, D] contiguous.
+struct QuantizeParams {
+  const void* x;
+  InputType x_type;
+  int64_t x_batch_stride, x_head_stride, x_row_stride, x_col_stride;
+  int batch, heads, rows, cols;
+  uint8_t* codes;
+  float* scale;              // [B, H] out
+  const float* given_scale;  // [B, H] or nullptr: derive the scale from amax
+  float* partial_amax;       // [B * H, chunks] scratch, written by the amax pass
+  int chunks;                // blocks per head in each pass
+};
+
+}  // namespace sdpa

@@ -1,0 +1,23 @@
+// Every schema of the sdpa library, in one place. Backends register in csrc/cpu and csrc/cuda; the fake
+// (meta) implementations are registered from Python in sdpa_ext/ops.py.
+#include <Python.h>
+#include <torch/library.h>
+
+// `import sdpa_ext._C` loads this library, which runs the registrations below; the module itself is empty.
+extern "C" {
+PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}
+}
+
+TORCH_LIBRARY(sdpa, m) {
+  m.def(
+      "fp8_forward(Tensor q, Tensor k, Tensor v, Tensor q_scale, Tensor k_scale, Tensor v_scale, "
+      "bool is_causal=False, float? scale=None, ScalarType? out_dtype=None, str variant=\"auto\") "
+      "-> (Tensor out, Tensor lse)");
+  m.def(
+      "fp8_forward_into(Tensor q, Tensor k, Tensor v, Tensor q_scale, Tensor k_scale, Tensor v_scale, "
+      "Tensor(a!) out, Tensor(b!) lse, bool is_causal=False, float? scale=None, str variant=\"auto\") -> ()");
+  m.def("quantize_fp8(Tensor x, Tensor? scale=None) -> (Tensor x_fp8, Tensor scale)");
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine: build sdpa_ext for this GPU's arch only, run the whole test suite on the GPU, run the
+# benchmark at the mission shape, and print a short summary table last.
+#
+#   SDPA_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_check.sh [extra pytest args]
+#
+# Logs and JSON go to $OUT (the device tool's output folder) or ./out.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 SDPA_ERROR_LOG=$OUT/errors.json
+PYTHON=${PYTHON:-python3}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+TORCH_CUDA_ARCH_LIST=$($PYTHON -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
+export TORCH_CUDA_ARCH_LIST
+start=$(date +%s)
+if ! $PYTHON -m pip install --no-build-isolation --no-deps --no-index -e . >"$OUT/build.log" 2>&1; then
+  tail -60 "$OUT/build.log"
+  echo "BUILD FAILED"
+  exit 1
+fi
+echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} in $(($(date +%s) - start)) s"
+
+$PYTHON -m pytest -q -p no:cacheprovider tests --junitxml="$OUT/junit.xml" "$@" >"$OUT/pytest.log" 2>&1
+tests_status=$?
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -25
+
+$PYTHON -m sdpa_ext.bench --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || tail -30 "$OUT/bench.log"
+cat "$OUT/bench.log"
+$PYTHON scripts/summarize.py --junit "$OUT/junit.xml" --errors "$OUT/errors.json" --bench "$OUT/bench.json"
+exit $tests_status

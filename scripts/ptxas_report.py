@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Compiles every CUDA source in csrc/kernels with nvcc alone (no torch) and reports per-kernel resources.
+
+    python scripts/ptxas_report.py [--arch sm_89 --arch sm_90]
+
+Prints registers, static shared memory, stack frame and spills for every kernel instantiation and arch.
+tests/test_ptxas.py runs the same compile in CI and fails on any spill or on more than 255 registers.
+"""
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL_DIR = Path(__file__).resolve().parent.parent / "csrc" / "kernels"
+DEFAULT_ARCHS = ("sm_80", "sm_89", "sm_90")
+NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-c", "-o", "/dev/null"]
+
+_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
+_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+@dataclass
+class KernelResources:
+    source: str
+    arch: str
+    kernel: str
+    registers: int = 0
+    smem_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+def find_nvcc():
+    return shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
+
+
+def demangle(names):
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if not tool or not names:
+        return names
+    result = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True)
+    return result.stdout.splitlines()
+
+
+def parse_ptxas(source, text):
+    kernels, current = [], None
+    for line in text.splitlines():
+        if m := _ENTRY.search(line):
+            current = KernelResources(source=source, arch=m.group(2), kernel=m.group(1))
+            kernels.append(current)
+        elif current and (m := _PROPS.search(line)):
+            current.stack_bytes, current.spill_store_bytes, current.spill_load_bytes = map(int, m.groups())
+        elif current and (m := _USAGE.search(line)):
+            current.registers = int(m.group(1))
+            current.smem_bytes = int(m.group(2) or 0)
+    return kernels
+
+
+def compile_one(nvcc, source, arch):
+    cmd = [nvcc, f"-arch={arch}", *NVCC_FLAGS, str(source)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"nvcc failed for {source.name} ({arch}):\n{result.stderr}")
+    return parse_ptxas(source.name, result.stderr)
+
+
+def collect(archs=DEFAULT_ARCHS, nvcc=None, jobs=2):
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found")
+    sources = sorted(KERNEL_DIR.glob("*.cu"))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        parts = pool.map(lambda job: compile_one(nvcc, *job), [(s, a) for s in sources for a in archs])
+        kernels = [k for part in parts for k in part]
+    for k, name in zip(kernels, demangle([k.kernel for k in kernels])):
+        k.kernel = name.replace("sdpa::", "").replace("(anonymous namespace)::", "")
+    return kernels
+
+
+def format_table(kernels):
+    rows = ["| arch | kernel | registers | smem (B) | stack (B) | spill st/ld (B) |", "|---|---|---|---|---|---|"]
+    for k in sorted(kernels, key=lambda k: (k.arch, k.kernel)):
+        rows.append(f"| {k.arch} | `{k.kernel}` | {k.registers} | {k.smem_bytes} | {k.stack_bytes} | "
+                    f"{k.spill_store_bytes}/{k.spill_load_bytes} |")
+    return "\n".join(rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arch", action="append", help="sm_XX (repeatable; default sm_80, sm_89, sm_90)")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args(argv)
+    kernels = collect(tuple(args.arch or DEFAULT_ARCHS), jobs=args.jobs)
+    print(format_table(kernels))
+    bad = [k for k in kernels if k.spill_store_bytes or k.spill_load_bytes or k.registers > 255]
+    if bad:
+        print(f"{len(bad)} kernel(s) spill or use more than 255 registers", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

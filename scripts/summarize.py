@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Prints the short table that ends scripts/gpu_check.sh: tests, worst errors per reference, timings, environment."""
+
+import argparse
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def test_counts(junit_path):
+    root = ET.parse(junit_path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    total = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    total["passed"] = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
+    return total
+
+
+def worst_errors(errors_path):
+    records = json.loads(Path(errors_path).read_text()) if Path(errors_path).exists() else []
+    worst = {}
+    for r in records:
+        device = "cuda" if "[cuda" in r["test"] or "cuda" in r["test"].split("::")[-1] else "cpu"
+        w = worst.setdefault((r["reference"], device), {"cases": 0, "min_sqnr_db": float("inf"), "max_abs": 0.0})
+        w["cases"] += 1
+        w["min_sqnr_db"] = min(w["min_sqnr_db"], r.get("sqnr_db", float("inf")))
+        w["max_abs"] = max(w["max_abs"], r.get("max_abs", 0.0))
+        if "lse_max_abs" in r:
+            w["lse_max_abs"] = max(w.get("lse_max_abs", 0.0), r["lse_max_abs"])
+        if "mean_abs" in r:
+            w["max_mean_abs"] = max(w.get("max_mean_abs", 0.0), r["mean_abs"])
+    return worst
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--junit", required=True)
+    parser.add_argument("--errors", required=True)
+    parser.add_argument("--bench", required=True)
+    args = parser.parse_args()
+
+    bench = json.loads(Path(args.bench).read_text()) if Path(args.bench).exists() else {}
+    print("\n## summary")
+    print(f"GPU: {bench.get('device', '?')} | torch {bench.get('torch', '?')} | CUDA {bench.get('cuda', '?')} | "
+          f"commit {bench.get('commit', '?')}")
+    counts = test_counts(args.junit)
+    print(f"tests: {counts['passed']} passed, {counts['failures'] + counts['errors']} failed, "
+          f"{counts['skipped']} skipped")
+    print("| reference | device | checks | worst SQNR dB | max abs | worst mean abs | worst lse abs |")
+    print("|---|---|---|---|---|---|---|")
+    for (reference, device), w in sorted(worst_errors(args.errors).items()):
+        mean = f"{w['max_mean_abs']:.4f}" if "max_mean_abs" in w else "-"
+        lse = f"{w['lse_max_abs']:.2e}" if "lse_max_abs" in w else "-"
+        print(f"| {reference} | {device} | {w['cases']} | {w['min_sqnr_db']:.1f} | {w['max_abs']:.4f} | {mean} | {lse} |")
+    for result in bench.get("results", []):
+        shape = "x".join(map(str, result["shape"])) + (" causal" if result["causal"] else "")
+        print(f"| {shape} | graph us | events us | vs best SDPA |")
+        print("|---|---|---|---|")
+        for r in result["rows"]:
+            ratio = f"{r['vs_best_sdpa']:.2f}x" if r.get("vs_best_sdpa") else "-"
+            events = f"{r['events']['median_us']:.1f}" if "events" in r else "-"
+            graph = r.get("graph", r.get("cpu"))["median_us"]
+            print(f"| {r['name']} | {graph:.1f} | {events} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""sdpa_ext: FP8 (E4M3) scaled-dot-product attention for PyTorch."""
+
+from sdpa_ext.attention import scaled_dot_product_attention
+from sdpa_ext.ops import fp8_forward, fp8_forward_into
+from sdpa_ext.quant import dequantize_fp8, quantize_fp8
+from sdpa_ext.variants import Variant, variant_names, variants
+
+__all__ = [
+    "Variant",
+    "dequantize_fp8",
+    "fp8_forward",
+    "fp8_forward_into",
+    "quantize_fp8",
+    "scaled_dot_product_attention",
+    "variant_names",
+    "variants",
+]

@@ -1,0 +1,30 @@
+"""Per-head E4M3 quantization: scale[b, h] = amax(|x[b, h]|) / 448 (1 for a head of zeros)."""
+
+from typing import Optional, Tuple
+
+import torch
+
+from sdpa_ext import ops  # noqa: F401  (registers the ops and their fakes)
+
+E4M3_MAX = 448.0
+
+
+def quantize_fp8(x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x [B, H, S, D] (fp16, bf16 or fp32) to E4M3 with one float32 scale per (b, h).
+
+    Returns (x_fp8, scale): x_fp8 is a contiguous torch.float8_e4m3fn tensor whose codes are bit-identical to
+    (x / scale[..., None, None]).to(torch.float8_e4m3fn); values beyond +-448 saturate. Pass `scale` ([B, H],
+    float32) to use fixed scales instead of the per-head amax.
+    """
+    return torch.ops.sdpa.quantize_fp8(x, scale)
+
+
+def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Values that E4M3 codes [B, H, S, D] (float8_e4m3fn or uint8) stand for: code * scale[b, h]."""
+    if x_fp8.dtype == torch.uint8:
+        x_fp8 = x_fp8.view(torch.float8_e4m3fn)
+    if x_fp8.dtype != torch.float8_e4m3fn:
+        raise ValueError(f"x_fp8 must be torch.float8_e4m3fn or torch.uint8, got {x_fp8.dtype}")
+    if x_fp8.dim() != 4 or tuple(scale.shape) != tuple(x_fp8.shape[:2]):
+        raise ValueError(f"scale must have shape [B, H] = {list(x_fp8.shape[:2])}, got {list(scale.shape)}")
+    return (x_fp8.to(torch.float32) * scale.to(torch.float32)[:, :, None, None]).to(dtype)

@@ -1,0 +1,237 @@
+"""fp8_forward against two references (DESIGN.md section 5) on every device and variant.
+
+(a) kernel error: float64 attention on the dequantized inputs; variants that keep P in fp16/fp32 reach
+    SQNR >= 40 dB (fp32 math rounded to an fp16 output gives about 55 dB).
+(b) end-to-end error: PyTorch SDPA in fp32 on the original inputs, judged against what exact math on the same
+    E4M3 inputs achieves: max_abs <= 1.25 * max_abs(exact) + 0.01 and mean_abs <= 0.02.
+"""
+
+import pytest
+import torch
+
+import sdpa_ext
+from conftest import CUDA_SKIP
+from reference import abs_errors, attention_float64, sdpa_float32, sqnr_db
+
+KERNEL_SQNR_DB = 40.0
+# lse is fp32. Its softmax sum (<= 2048 terms, relative rounding ~1e-7 each) and the exp2/log2 approximations
+# (2 ulp) stay below 1e-4 in the log: LSE_ATOL = 1e-3 leaves margin without hiding a wrong mask or scale (those
+# move lse by > 0.1). lse also carries the row max, a score with fp32 rounding: 8 ulp of |lse| (2^-20 relative)
+# covers it; measured 5.0e-4 at |lse| ~ 4000 in test_special_inputs[large_scores] on the CPU.
+LSE_ATOL = 1e-3
+LSE_RTOL = 2.0**-20
+
+
+def variants_for(device):
+    return ["auto"] if device == "cpu" else ["auto", *sdpa_ext.variant_names()]
+
+
+# (B, Hq, Hkv, Sq, Sk, D, causal)
+CLASSIC = [(1, 2, 2, 64, 64, 64), (1, 4, 4, 128, 128, 64), (1, 8, 8, 512, 512, 64), (2, 2, 2, 64, 64, 64),
+           (2, 8, 8, 256, 256, 64), (1, 8, 8, 2048, 2048, 64)]
+AWKWARD_S = [(1, 2, 2, s, s, 64) for s in (1, 17, 127, 129, 513, 1000)]
+UNEQUAL = [(1, 2, 2, 17, 129, 64), (1, 2, 2, 129, 17, 64), (1, 2, 2, 1, 1000, 64), (1, 2, 2, 1000, 1, 64),
+           (2, 2, 2, 127, 513, 64)]
+GQA = [(2, 8, 2, 129, 129, 64), (1, 8, 1, 65, 200, 64), (1, 6, 3, 100, 100, 128)]
+HEAD_DIM_128 = [(1, 2, 2, 64, 64, 128), (2, 4, 4, 129, 129, 128), (1, 2, 2, 513, 300, 128)]
+
+CASES = (
+    [(*s, False) for s in CLASSIC]
+    + [(*s, c) for s in AWKWARD_S + UNEQUAL + GQA + HEAD_DIM_128 for c in (False, True)]
+    + [(1, 8, 8, 512, 512, 64, True), (1, 8, 8, 2048, 2048, 64, True)]
+)
+SEEDS = [0, 1, 2]
+
+
+def case_id(case):
+    b, hq, hkv, sq, sk, d, causal = case
+    return f"{b}x{hq}x{hkv}-{sq}x{sk}-d{d}" + ("-causal" if causal else "")
+
+
+def make_qkv(case, seed, device, dtype=torch.float16):
+    b, hq, hkv, sq, sk, d, _ = case
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hq, sq, d, generator=gen)
+    k = torch.randn(b, hkv, sk, d, generator=gen)
+    v = torch.randn(b, hkv, sk, d, generator=gen)
+    return [t.to(dtype).to(device) for t in (q, k, v)]
+
+
+def quantize_all(*tensors):
+    return [x for t in tensors for x in sdpa_ext.quantize_fp8(t)]
+
+
+def run_poisoned(q8, qs, k8, ks, v8, vs, is_causal=False, scale=None, out_dtype=torch.float16, variant="auto"):
+    """Runs the op into NaN-filled buffers, so an element the kernel never writes fails the test."""
+    b, hq, sq, d = q8.shape
+    out = torch.full((b, hq, sq, d), float("nan"), dtype=out_dtype, device=q8.device)
+    lse = torch.full((b, hq, sq), float("nan"), device=q8.device)
+    sdpa_ext.fp8_forward_into(q8, k8, v8, qs, ks, vs, out, lse, is_causal, scale, variant)
+    assert bool(torch.isfinite(out).all()), "output has NaN/Inf (unwritten or overflowed elements)"
+    assert bool(torch.isfinite(lse).all()), "lse has NaN/Inf (unwritten elements)"
+    return out, lse
+
+
+def check_kernel_error(out, lse, ref_out, ref_lse, record_error):
+    sqnr = sqnr_db(out, ref_out)
+    lse_diff = (lse.double() - ref_lse).abs()
+    lse_excess = (lse_diff - LSE_ATOL - LSE_RTOL * ref_lse.abs()).max().item()
+    record_error("kernel", sqnr_db=sqnr, lse_max_abs=lse_diff.max().item(), max_abs=abs_errors(out, ref_out)[0])
+    assert sqnr >= KERNEL_SQNR_DB, f"kernel SQNR {sqnr:.1f} dB < {KERNEL_SQNR_DB} dB"
+    assert lse_excess <= 0, f"lse error exceeds {LSE_ATOL} + {LSE_RTOL:.1e} * |lse| by {lse_excess:.2e}"
+
+
+def check_end_to_end_error(out, exact_out, sdpa_out, record_error):
+    max_abs, mean_abs = abs_errors(out, sdpa_out)
+    exact_max_abs, _ = abs_errors(exact_out, sdpa_out)
+    record_error("end_to_end", max_abs=max_abs, mean_abs=mean_abs, exact_max_abs=exact_max_abs,
+                 sqnr_db=sqnr_db(out, sdpa_out))
+    assert max_abs <= 1.25 * exact_max_abs + 0.01, f"max_abs {max_abs:.4f} vs exact-on-FP8 {exact_max_abs:.4f}"
+    assert mean_abs <= 0.02, f"mean_abs {mean_abs:.4f} > 0.02"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_matches_references(device, case, seed, record_error):
+    is_causal = case[-1]
+    q, k, v = make_qkv(case, seed, device)
+    q8, qs, k8, ks, v8, vs = quantize_all(q, k, v)
+    deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
+    ref_out, ref_lse = attention_float64(*deq, is_causal=is_causal)
+    sdpa_out = sdpa_float32(q, k, v, is_causal=is_causal)
+    for variant in variants_for(device):
+        out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, is_causal=is_causal, variant=variant)
+        assert out.dtype == torch.float16 and out.shape == q.shape and lse.shape == q.shape[:3]
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+        check_end_to_end_error(out, ref_out, sdpa_out, record_error)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_bf16_output_and_custom_scale(device, out_dtype, record_error):
+    case = (2, 4, 2, 100, 150, 128, True)
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 7, device, dtype=torch.bfloat16))
+    deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
+    ref_out, ref_lse = attention_float64(*deq, is_causal=True, scale=0.3)
+    for variant in variants_for(device):
+        out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, True, 0.3, out_dtype, variant)
+        assert out.dtype == out_dtype
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+
+
+def special_inputs(kind, device):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 97, 64, generator=gen) for _ in range(3))
+    if kind == "outliers":  # a few values 100x larger squeeze everything else into few E4M3 codes
+        for t in (q, k, v):
+            t.view(-1)[torch.randint(0, t.numel(), (8,), generator=gen)] *= 100.0
+    elif kind == "constant_rows":
+        q[:, :, ::3] = 0.5
+        k[:, :, ::2] = -1.25
+        v[:, :, 1::2] = 2.0
+    elif kind == "zero_heads":
+        q[0, 1].zero_()
+        k[1, 2].zero_()
+        v[0, 3].zero_()
+    elif kind == "large_scores":  # scores of several thousand: exp overflows without the running max
+        q, k = q * 40.0, k * 40.0
+    return [t.half().to(device) for t in (q, k, v)]
+
+
+@pytest.mark.parametrize("kind", ["outliers", "constant_rows", "zero_heads", "large_scores"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_special_inputs(device, kind, is_causal, record_error):
+    q8, qs, k8, ks, v8, vs = quantize_all(*special_inputs(kind, device))
+    deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
+    ref_out, ref_lse = attention_float64(*deq, is_causal=is_causal)
+    for variant in variants_for(device):
+        out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, is_causal, variant=variant)
+        if kind == "zero_heads":
+            assert bool((out[0, 3] == 0).all()), "a head of zero values must give exactly zero output"
+            # The zero head has no signal for an SQNR; the other batch must still follow the reference.
+            check_kernel_error(out[1:], lse[1:], ref_out[1:], ref_lse[1:], record_error)
+        else:
+            check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+
+
+def test_every_e4m3_code_decodes_exactly(device):
+    # With one key, softmax is exactly 1 and out = v: every finite E4M3 value is exact in fp16.
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8)
+    v8 = torch.zeros(1, 2, 1, 128, dtype=torch.uint8)
+    v8.view(-1)[: codes.numel()] = codes
+    q8 = torch.full((1, 2, 3, 128), 0x38, dtype=torch.uint8)  # 1.0
+    ones = torch.ones(1, 2)
+    tensors = [t.to(device) for t in (q8, v8, v8, ones)]
+    for variant in variants_for(device):
+        out, _ = run_poisoned(tensors[0], tensors[3], tensors[1], tensors[3], tensors[2], tensors[3], variant=variant)
+        expected = v8.view(torch.float8_e4m3fn).float().expand(1, 2, 3, 128)
+        assert torch.equal(out.float().cpu(), expected)
+
+
+def stored_as_bshd(t):
+    """The same values, laid out as [B, S, H, D] in memory and viewed as [B, H, S, D]."""
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+def test_strided_and_uint8_inputs_match_contiguous(device):
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv((2, 4, 4, 77, 77, 64, False), 5, device))
+    strided = [stored_as_bshd(t.view(torch.uint8)) for t in (q8, k8, v8)]
+    assert not any(t.is_contiguous() for t in strided)
+    scales = [s.t().contiguous().t() for s in (qs, ks, vs)]  # non-contiguous [B, H] scales too
+    for variant in variants_for(device):
+        out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=variant)
+        strided_out, strided_lse = sdpa_ext.fp8_forward(*strided, *scales, variant=variant)
+        assert torch.equal(out, strided_out) and torch.equal(lse, strided_lse)
+
+
+def test_deterministic(device):
+    case = (2, 8, 2, 300, 333, 64, True)
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 11, device))
+    for variant in variants_for(device):
+        first = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True, variant=variant)
+        second = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True, variant=variant)
+        assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_drop_in_matches_sdpa(device, dtype, is_causal, record_error):
+    case = (2, 8, 2, 256, 300, 64, is_causal)
+    q, k, v = make_qkv(case, 1, device, dtype)
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    assert out.dtype == dtype and out.shape == q.shape
+    deq = [sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(t)) for t in (q, k, v)]
+    exact_out, _ = attention_float64(*deq, is_causal=is_causal)
+    sdpa_out = sdpa_float32(q, k, v, is_causal=is_causal)
+    check_end_to_end_error(out, exact_out, sdpa_out, record_error)
+    # Rounding to a bf16 output alone costs about 59 dB of SQNR (fp16: 77 dB), so 40 dB holds for both.
+    assert sqnr_db(out, exact_out) >= KERNEL_SQNR_DB
+
+
+def test_drop_in_rejects_what_it_cannot_do():
+    q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="attn_mask"):
+        sdpa_ext.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(8, 8, dtype=torch.bool))
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        sdpa_ext.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="q must be torch.float16 or torch.bfloat16"):
+        sdpa_ext.scaled_dot_product_attention(q.float(), q, q)
+    with pytest.raises(ValueError, match="k must have 4 dims"):
+        sdpa_ext.scaled_dot_product_attention(q, q[0], q)
+    with pytest.raises(ValueError, match="share a dtype"):
+        sdpa_ext.scaled_dot_product_attention(q, q.bfloat16(), q)
+    with pytest.raises(ValueError, match="enable_gqa=True"):
+        sdpa_ext.scaled_dot_product_attention(q, q[:, :1], q[:, :1])
+    with pytest.raises(NotImplementedError, match="no backward"):
+        sdpa_ext.scaled_dot_product_attention(q.requires_grad_(), q, q)
+
+
+@pytest.mark.skipif(CUDA_SKIP is not None, reason=CUDA_SKIP or "")
+def test_cpu_and_cuda_agree():
+    case = (1, 4, 2, 200, 257, 128, True)
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 4, "cpu"))
+    cpu_out, cpu_lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True)
+    cuda_inputs = [t.cuda() for t in (q8, k8, v8, qs, ks, vs)]
+    for variant in variants_for("cuda"):
+        out, lse = sdpa_ext.fp8_forward(*cuda_inputs, is_causal=True, variant=variant)
+        assert sqnr_db(out.cpu(), cpu_out) >= KERNEL_SQNR_DB
+        assert bool(((lse.cpu() - cpu_lse).abs() <= LSE_ATOL + LSE_RTOL * cpu_lse.abs()).all())

@@ -1,0 +1,112 @@
+"""Bad input raises an error that names the argument and what was expected; it never crashes or runs."""
+
+import pytest
+import torch
+
+import sdpa_ext
+
+
+def valid_args(device, b=1, hq=4, hkv=2, sq=16, sk=24, d=64):
+    q = torch.randint(0, 0x7E, (b, hq, sq, d), dtype=torch.uint8, device=device)
+    k = torch.randint(0, 0x7E, (b, hkv, sk, d), dtype=torch.uint8, device=device)
+    v = torch.randint(0, 0x7E, (b, hkv, sk, d), dtype=torch.uint8, device=device)
+    scales = [torch.ones(b, h, device=device) for h in (hq, hkv, hkv)]
+    return [q, k, v, *scales]
+
+
+def replaced(args, index, value):
+    args = list(args)
+    args[index] = value
+    return args
+
+
+Q, K, V, QS, KS, VS = range(6)
+
+
+def expect_error(args, match, **kwargs):
+    with pytest.raises(RuntimeError, match=match):
+        sdpa_ext.fp8_forward(*args, **kwargs)
+
+
+def test_wrong_dtype(device):
+    args = valid_args(device)
+    expect_error(replaced(args, Q, args[Q].half()), r"q must be torch.float8_e4m3fn or torch.uint8 .* got Half")
+
+
+def test_wrong_rank(device):
+    args = valid_args(device)
+    expect_error(replaced(args, K, args[K][0]), r"k must have 4 dims \[B, H, S, D\], got 3 dims")
+
+
+def test_device_mix(device):
+    args = valid_args(device)
+    # Without a GPU the second device is 'meta', which reaches the fake implementation's check instead.
+    other = "meta" if device == "cpu" else "cpu"
+    expect_error(replaced(args, VS, args[VS].to(other)), rf"v_scale must be on the same device as q \({device}")
+    if device != "cpu":
+        expect_error(replaced(args, K, args[K].cpu()), r"k must be on the same device as q \(cuda")
+
+
+def test_shape_mismatch(device):
+    args = valid_args(device)
+    expect_error(replaced(args, V, args[V][:, :, :-1]), r"v must have the same shape as k \[1, 2, 24, 64\]")
+    wrong_batch = valid_args(device, b=2)[K]
+    expect_error(replaced(args, K, wrong_batch), r"k must have shape \[B, Hkv, Sk, D\] with B = 1")
+
+
+def test_unsupported_head_dim(device):
+    expect_error(valid_args(device, d=96), r"head dim \(size\(-1\)\) must be 64 or 128, got 96")
+
+
+def test_heads_not_a_multiple(device):
+    expect_error(valid_args(device, hq=6, hkv=4), r"q heads \(6\) must be a multiple of k/v heads \(4\)")
+
+
+def test_wrong_scale_shape_and_dtype(device):
+    args = valid_args(device)
+    expect_error(replaced(args, QS, args[QS][:, :2]), r"q_scale must have shape \[B, Hq\] = \[1, 4\], got \[1, 2\]")
+    expect_error(replaced(args, KS, args[KS].double()), r"k_scale must be torch.float32, got Double")
+
+
+def test_non_contiguous_last_dim(device):
+    args = valid_args(device)
+    q = args[Q]
+    strided = torch.empty(q.shape[:-1] + (2 * q.shape[-1],), dtype=q.dtype, device=device)[..., ::2]
+    expect_error(replaced(args, Q, strided), r"q must have a contiguous last dim \(stride\(-1\) == 1\)")
+
+
+def test_empty_tensors(device):
+    expect_error(valid_args(device, sq=0), r"q must be non-empty, got shape \[1, 4, 0, 64\]")
+    expect_error(valid_args(device, sk=0), r"k must be non-empty")
+
+
+def test_bad_out_dtype_scale_and_variant(device):
+    args = valid_args(device)
+    expect_error(args, r"out_dtype must be torch.float16 or torch.bfloat16, got Float", out_dtype=torch.float32)
+    expect_error(args, r"scale must be finite, got nan", scale=float("nan"))
+    expected = r"variant 'nope' is not available on CPU" if device == "cpu" else r"variant 'nope' is unknown; valid"
+    expect_error(args, expected, variant="nope")
+
+
+def test_bad_output_buffers(device):
+    args = valid_args(device)
+    out = torch.empty(1, 4, 16, 64, dtype=torch.float16, device=device)
+    lse = torch.empty(1, 4, 16, device=device)
+    with pytest.raises(RuntimeError, match=r"out must have shape \[B, Hq, Sq, D\]"):
+        sdpa_ext.fp8_forward_into(*args, out[:, :, :8], lse)
+    with pytest.raises(RuntimeError, match=r"out must be torch.float16 or torch.bfloat16, got Float"):
+        sdpa_ext.fp8_forward_into(*args, out.float(), lse)
+    with pytest.raises(RuntimeError, match=r"lse must have shape \[B, Hq, Sq\] = \[1, 4, 16\]"):
+        sdpa_ext.fp8_forward_into(*args, out, lse[..., :3])
+
+
+def test_quantize_bad_input(device):
+    x = torch.randn(1, 2, 8, 64, device=device)
+    with pytest.raises(RuntimeError, match=r"x must be torch.float16, torch.bfloat16 or torch.float32, got Int"):
+        sdpa_ext.quantize_fp8(x.int())
+    with pytest.raises(RuntimeError, match=r"x must have 4 dims \[B, H, S, D\], got 3 dims"):
+        sdpa_ext.quantize_fp8(x[0])
+    with pytest.raises(RuntimeError, match=r"x must be non-empty"):
+        sdpa_ext.quantize_fp8(x[:, :, :0])
+    with pytest.raises(RuntimeError, match=r"scale must have shape \[B, H\] = \[1, 2\], got \[2\]"):
+        sdpa_ext.quantize_fp8(x, torch.ones(2, device=device))

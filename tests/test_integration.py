@@ -1,0 +1,90 @@
+"""The ops as PyTorch sees them: opcheck, torch.compile, CUDA graphs, the variant list."""
+
+import pytest
+import torch
+
+import sdpa_ext
+from conftest import requires_cuda
+
+
+def qkv(device, seed=0, shape_q=(1, 4, 64, 64), heads_kv=2, seqlen_k=80):
+    gen = torch.Generator().manual_seed(seed)
+    b, _, _, d = shape_q
+    q = torch.randn(shape_q, generator=gen)
+    k = torch.randn(b, heads_kv, seqlen_k, d, generator=gen)
+    v = torch.randn(b, heads_kv, seqlen_k, d, generator=gen)
+    return [t.half().to(device) for t in (q, k, v)]
+
+
+def quantized(device):
+    return [x for t in qkv(device) for x in sdpa_ext.quantize_fp8(t)]
+
+
+def test_opcheck_fp8_forward(device):
+    q8, qs, k8, ks, v8, vs = quantized(device)
+    # Raw uint8 codes: opcheck's schema test compares inputs with ops that torch lacks for float8 on CPU.
+    args = (q8.view(torch.uint8), k8.view(torch.uint8), v8.view(torch.uint8), qs, ks, vs)
+    torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, args)
+    torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, args, {"is_causal": True, "out_dtype": torch.bfloat16})
+    out = torch.empty(1, 4, 64, 64, dtype=torch.float16, device=device)
+    lse = torch.empty(1, 4, 64, device=device)
+    torch.library.opcheck(torch.ops.sdpa.fp8_forward_into.default, (*args, out, lse), {"is_causal": True})
+
+
+def test_opcheck_quantize(device):
+    x = qkv(device)[0]
+    torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x,))
+    torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x.float(), torch.rand(1, 4, device=device) + 0.1))
+
+
+def test_torch_compile_fullgraph(device):
+    torch._dynamo.reset()
+    q, k, v = qkv(device, seed=1)
+
+    def attend(q, k, v):
+        return sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2.0
+
+    compiled = torch.compile(attend, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), attend(q, k, v))
+
+
+@requires_cuda
+def test_cuda_graph_capture_and_replay():
+    q, k, v = qkv("cuda", seed=2)
+    attend = lambda: sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
+    expected = attend()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        attend()  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = attend()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, expected)
+    # New values in the captured input buffers flow through quantization and attention on replay.
+    for t, new in zip((q, k, v), qkv("cuda", seed=3)):
+        t.copy_(new)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, attend())
+    assert not torch.equal(static_out, expected)
+
+
+def test_variants_listing():
+    listed = sdpa_ext.variants()
+    assert [v.name for v in listed] == sdpa_ext.variant_names()
+    assert "auto" not in sdpa_ext.variant_names()
+    for v in listed:
+        assert v.tier in ("full", "fast") and v.description and set(v.head_dims) >= {64, 128}
+        assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"}
+
+
+@requires_cuda
+def test_every_listed_variant_is_built():
+    q8, qs, k8, ks, v8, vs = quantized("cuda")
+    for name in sdpa_ext.variant_names():
+        out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=name)
+        assert bool(torch.isfinite(out).all())

@@ -1,0 +1,35 @@
+"""Every CUDA kernel compiles for sm_80, sm_89 and sm_90 with no spills and at most 255 registers."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_SPEC = importlib.util.spec_from_file_location("ptxas_report", Path(__file__).parent.parent / "scripts" / "ptxas_report.py")
+ptxas_report = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(ptxas_report)
+
+pytestmark = pytest.mark.skipif(ptxas_report.find_nvcc() is None, reason="nvcc not found: cannot compile the kernels")
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    return ptxas_report.collect()
+
+
+def test_every_arch_builds_every_attention_kernel(kernels):
+    import sdpa_ext
+
+    for arch in ptxas_report.DEFAULT_ARCHS:
+        names = [k.kernel for k in kernels if k.arch == arch]
+        for variant in sdpa_ext.variant_names():
+            for head_dim in (64, 128):
+                assert any(f"attention_{variant}_kernel<{head_dim}," in n for n in names), (arch, variant, head_dim)
+
+
+def test_no_spills_and_register_budget(kernels):
+    print("\n" + ptxas_report.format_table(kernels))
+    assert kernels
+    for k in kernels:
+        assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0, f"{k.kernel} spills on {k.arch}"
+        assert k.registers <= 255, f"{k.kernel} uses {k.registers} registers on {k.arch}"

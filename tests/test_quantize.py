@@ -1,0 +1,125 @@
+"""quantize_fp8 must produce exactly torch's E4M3 codes: (x / scale).to(torch.float8_e4m3fn)."""
+
+import pytest
+import torch
+
+import sdpa_ext
+
+E4M3_MAX_CODE = 0x7E
+
+
+def torch_codes(x, scale):
+    """The contract's definition of the codes, computed by torch itself."""
+    return (x / scale[:, :, None, None]).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def our_codes(x, scale=None):
+    codes, scales = sdpa_ext.quantize_fp8(x, scale)
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == x.shape
+    return codes.view(torch.uint8), scales
+
+
+def all_bit_patterns(dtype, device):
+    """Every 16-bit pattern as a [1, 1, 256, 256] tensor of dtype, NaNs excluded (their codes only need be NaN)."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(dtype).reshape(1, 1, 256, 256).to(device)
+    return torch.where(torch.isnan(x), torch.zeros_like(x), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_16bit_value_encodes_like_torch(device, dtype):
+    x = all_bit_patterns(dtype, device)
+    for scale_value in (1.0, 0.37, 2.0**-20):  # unit, arbitrary, and one that pushes most values into saturation
+        scale = torch.full((1, 1), scale_value, device=device)
+        codes, scales = our_codes(x, scale)
+        assert torch.equal(codes, torch_codes(x, scale))
+        assert torch.equal(scales, scale)
+
+
+def test_random_fp32_values_encode_like_torch(device):
+    gen = torch.Generator().manual_seed(0)
+    bits = torch.randint(-(2**31), 2**31 - 1, (1, 4, 512, 128), generator=gen, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    x = torch.where(torch.isfinite(x), x, torch.zeros_like(x)).to(device)
+    scale = torch.rand(1, 4, generator=gen).add(0.01).mul(2.0**torch.randint(-40, 40, (1, 4), generator=gen)).to(device)
+    codes, _ = our_codes(x, scale)
+    assert torch.equal(codes, torch_codes(x, scale))
+
+
+def e4m3_positive_values():
+    codes = torch.arange(0, 0x7F, dtype=torch.uint8)  # 0x7F is NaN
+    return codes.view(torch.float8_e4m3fn).float()
+
+
+def test_round_half_to_even_ties(device):
+    values = e4m3_positive_values()
+    midpoints = (values[:-1] + values[1:]) / 2  # exact in fp32; each is a tie between two neighbours
+    x = torch.cat([midpoints, -midpoints]).reshape(1, 1, 2, -1).to(device)
+    scale = torch.ones(1, 1, device=device)
+    codes, _ = our_codes(x, scale)
+    expected = torch_codes(x, scale)
+    assert torch.equal(codes, expected)
+    # Half to even: a tie lands on the neighbour whose code is even.
+    assert bool((expected[0, 0, 0] % 2 == 0).all())
+
+
+def test_subnormals(device):
+    steps = torch.arange(0, 40, dtype=torch.float32) * 2.0**-11  # quarter steps across the subnormal range
+    x = torch.cat([steps, -steps]).reshape(1, 1, 1, -1).to(device)
+    scale = torch.ones(1, 1, device=device)
+    codes, _ = our_codes(x, scale)
+    assert torch.equal(codes, torch_codes(x, scale))
+    assert codes[0, 0, 0, 4].item() == 0x01  # 2^-9, the smallest subnormal
+    assert codes[0, 0, 0, 2].item() == 0x00  # 2^-10 ties to even: zero
+
+
+def test_saturation_to_448(device):
+    big = torch.tensor([448.0, 449.0, 463.99, 464.0, 479.0, 480.0, 1e4, 3e38, float("inf")])
+    x = torch.cat([big, -big]).reshape(1, 1, 1, -1).to(device)
+    scale = torch.ones(1, 1, device=device)
+    codes, _ = our_codes(x, scale)
+    n = big.numel()
+    assert bool((codes[..., :n] == E4M3_MAX_CODE).all()) and bool((codes[..., n:] == 0x80 | E4M3_MAX_CODE).all())
+    assert torch.equal(codes, torch_codes(x, scale))
+
+
+def test_nan_input_gives_nan_code(device):
+    x = torch.tensor([float("nan"), 1.0]).reshape(1, 1, 1, 2).to(device)
+    codes, _ = our_codes(x, torch.ones(1, 1, device=device))
+    assert codes[0, 0, 0, 0].item() & 0x7F == 0x7F
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 2, 1, 1), (2, 3, 17, 64), (1, 8, 512, 64), (2, 2, 1000, 128)])
+def test_per_head_scale_and_codes(device, dtype, shape):
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=gen).mul(3).to(dtype).to(device)
+    x[0, 0].zero_()  # a head of zeros gets scale 1
+    codes, scales = our_codes(x)
+    amax = x.abs().amax(dim=(2, 3)).float()
+    expected_scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    assert scales.dtype == torch.float32 and torch.equal(scales, expected_scale)
+    assert scales[0, 0].item() == 1.0
+    assert torch.equal(codes, torch_codes(x, expected_scale))
+    # The largest magnitude of every non-zero head encodes to +-448.
+    head_max_codes = (codes.reshape(-1, codes[0, 0].numel()) & 0x7F).amax(dim=-1)
+    assert bool((head_max_codes[1:] == E4M3_MAX_CODE).all())
+
+
+def test_strided_input(device):
+    x = torch.randn(2, 33, 4, 64, dtype=torch.float16, device=device).transpose(1, 2)  # [B, S, H, D] viewed as BHSD
+    codes, scales = our_codes(x)
+    contiguous_codes, contiguous_scales = our_codes(x.contiguous())
+    assert torch.equal(codes, contiguous_codes) and torch.equal(scales, contiguous_scales)
+
+
+def test_dequantize_round_trip_error_bound(device):
+    x = torch.randn(2, 4, 128, 64, device=device)
+    codes, scales = sdpa_ext.quantize_fp8(x)
+    back = sdpa_ext.dequantize_fp8(codes, scales)
+    assert back.dtype == torch.float32 and back.shape == x.shape
+    # Round to nearest with 3 mantissa bits: error <= 2^-4 relative for normals, <= 2^-10 * scale below 2^-6.
+    s = scales[:, :, None, None]
+    bound = torch.maximum(x.abs() * 2.0**-4, s * 2.0**-10)
+    assert bool(((back - x).abs() <= bound).all())
+    assert torch.equal(sdpa_ext.dequantize_fp8(codes.view(torch.uint8), scales), back)
