@@ -13,6 +13,10 @@ export PYTHONUNBUFFERED=1 SDPA_ERROR_LOG=$OUT/errors.json
 PYTHON=${PYTHON:-python3}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# The device image sets CXX=/opt/gcc/bin/g++, which links libstdc++ statically into _C.so; its private copy of
+# the locale facets then segfaults when c10 formats an integer in an error message (seen in TORCH_CHECK with
+# tensor sizes, 2026-11-21). The system compiler links libstdc++ dynamically, like torch itself.
+export CC=${SDPA_CC:-/usr/bin/gcc} CXX=${SDPA_CXX:-/usr/bin/g++}
 TORCH_CUDA_ARCH_LIST=$($PYTHON -c 'import torch; print("%d.%d" % torch.cuda.get_device_capability())')
 export TORCH_CUDA_ARCH_LIST
 start=$(date +%s)
