@@ -38,13 +38,14 @@ class KernelResources:
 
 
 def find_nvcc():
-    return shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
+    return shutil.which("nvcc") or shutil.which("/usr/local/cuda/bin/nvcc")
 
 
-def demangle(names):
-    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+def demangle(names, nvcc):
+    beside_nvcc = Path(nvcc).parent / "cu++filt"
+    tool = shutil.which("cu++filt") or (str(beside_nvcc) if beside_nvcc.exists() else shutil.which("c++filt"))
     if not tool or not names:
-        return names
+        raise FileNotFoundError("no demangler (cu++filt or c++filt) found")
     result = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, check=True)
     return result.stdout.splitlines()
 
@@ -79,7 +80,7 @@ def collect(archs=DEFAULT_ARCHS, nvcc=None, jobs=2):
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         parts = pool.map(lambda job: compile_one(nvcc, *job), [(s, a) for s in sources for a in archs])
         kernels = [k for part in parts for k in part]
-    for k, name in zip(kernels, demangle([k.kernel for k in kernels])):
+    for k, name in zip(kernels, demangle([k.kernel for k in kernels], nvcc)):
         k.kernel = name.replace("sdpa::", "").replace("(anonymous namespace)::", "")
     return kernels
 
