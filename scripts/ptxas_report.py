@@ -22,6 +22,7 @@ NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v", 
 
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_CAST = re.compile(r"\((?:unsigned )?(?:int|long|bool)\)")
 _USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 
 
@@ -81,7 +82,8 @@ def collect(archs=DEFAULT_ARCHS, nvcc=None, jobs=2):
         parts = pool.map(lambda job: compile_one(nvcc, *job), [(s, a) for s in sources for a in archs])
         kernels = [k for part in parts for k in part]
     for k, name in zip(kernels, demangle([k.kernel for k in kernels], nvcc)):
-        k.kernel = name.replace("sdpa::", "").replace("(anonymous namespace)::", "")
+        # cu++filt writes template integers as "(int)64", c++filt as "64": keep the plain form.
+        k.kernel = _CAST.sub("", name.replace("sdpa::", "").replace("(anonymous namespace)::", ""))
     return kernels
 
 

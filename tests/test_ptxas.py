@@ -24,7 +24,7 @@ def test_every_arch_builds_every_attention_kernel(kernels):
         names = [k.kernel for k in kernels if k.arch == arch]
         for variant in sdpa_ext.variant_names():
             for head_dim in (64, 128):
-                assert any(f"attention_{variant}_kernel<{head_dim}," in n for n in names), (arch, variant, head_dim)
+                assert any(f"attention_{variant}_kernel<{head_dim}," in n for n in names), (arch, variant, names)
 
 
 def test_no_spills_and_register_budget(kernels):
