@@ -3,6 +3,7 @@
 from sdpa_ext.attention import scaled_dot_product_attention
 from sdpa_ext.ops import fp8_forward, fp8_forward_into
 from sdpa_ext.quant import dequantize_fp8, quantize_fp8
+from sdpa_ext import variants as variants_module
 from sdpa_ext.variants import Variant, variant_names, variants
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "quantize_fp8",
     "scaled_dot_product_attention",
     "variant_names",
+    "variants_module",
     "variants",
 ]

@@ -1,7 +1,15 @@
-"""The kernel variants built into sdpa_ext._C, in ladder order (DESIGN.md section 4)."""
+"""The kernel variants built into sdpa_ext._C, in ladder order (DESIGN.md section 4).
 
-from dataclasses import dataclass, field
+A variant is selected by name, optionally with toggles joined by '+', in any order: "pipe3+swizzle",
+"warp_spec+2producers+swizzle". `variant_names()` lists every built combination.
+"""
+
+import itertools
+from dataclasses import dataclass
 from typing import List, Tuple
+
+ALL_ARCHS = ("sm_80", "sm_89", "sm_90")
+HEAD_DIMS = (64, 128)
 
 
 @dataclass(frozen=True)
@@ -9,28 +17,46 @@ class Variant:
     name: str
     stage: int
     tier: str  # "full": P stays in fp16/fp32 (auto picks among these); "fast": P cast to FP8 (opt-in)
-    archs: Tuple[str, ...]
-    head_dims: Tuple[int, ...]
+    toggles: Tuple[str, ...]  # each may be added with '+', in any combination
     description: str
-    toggles: Tuple[str, ...] = field(default_factory=tuple)
+    archs: Tuple[str, ...] = ALL_ARCHS
+    head_dims: Tuple[int, ...] = HEAD_DIMS
+    aligned_rows: bool = False  # needs q/k/v rows 16-byte aligned (data_ptr and strides); 'auto' falls back
+
+    def builds(self) -> List[str]:
+        """Every built name: the base name, then each subset of toggles in sorted order."""
+        toggles = sorted(self.toggles)
+        return ["+".join((self.name, *combo)) for n in range(len(toggles) + 1)
+                for combo in itertools.combinations(toggles, n)]
 
 
 _VARIANTS = (
-    Variant(
-        name="scalar",
-        stage=0,
-        tier="full",
-        archs=("sm_80", "sm_89", "sm_90"),
-        head_dims=(64, 128),
-        description="FMA loops over decoded tiles in shared memory, online softmax in fp32; the readable baseline",
-    ),
+    Variant("scalar", 0, "full", (), "FMA loops over tiles decoded into shared memory, online softmax in fp32; "
+            "the readable baseline"),
+    Variant("cp_async", 1, "full", (), "scalar math; K/V code tiles double-buffered with cp.async so tile j+1 "
+            "loads while tile j computes", aligned_rows=True),
+    Variant("wmma", 2, "full", (), "tensor cores via WMMA 16x16x16 (fp16 after exact decode) for QK^T and PV; "
+            "S, P and the O rescale staged in shared memory"),
+    Variant("fused_softmax", 3, "full", ("swizzle",), "FlashAttention-2 style mma.sync m16n8k16: S, softmax and P "
+            "in registers, P re-packed as the A operand of PV; cp.async double buffer", aligned_rows=True),
+    Variant("pipe3", 4, "full", ("swizzle",), "fused_softmax with a three-stage cp.async ring for K/V",
+            aligned_rows=True),
+    Variant("warp_spec", 5, "full", ("2producers", "swizzle"), "one (or with 2producers two) producer warps load "
+            "and decode K/V into a 2-stage ring, four consumer warps compute; named-barrier handoff",
+            aligned_rows=True),
 )
+
+TOGGLE_DESCRIPTIONS = {
+    "swizzle": "XOR-swizzled fp16 K/V tiles (16-byte chunk index ^ row % 8) instead of a plain row-major layout",
+    "2producers": "two producer warps instead of one",
+}
 
 
 def variants() -> List[Variant]:
-    """Every CUDA variant, with its tier, supported archs and head dims. variant='auto' picks among them."""
+    """Every CUDA variant, with its toggles, tier, supported archs and head dims. variant='auto' picks among them."""
     return list(_VARIANTS)
 
 
 def variant_names() -> List[str]:
-    return [v.name for v in _VARIANTS]
+    """Every built variant name, toggle combinations included, in ladder order."""
+    return [name for v in _VARIANTS for name in v.builds()]

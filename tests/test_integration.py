@@ -75,16 +75,44 @@ def test_cuda_graph_capture_and_replay():
 
 def test_variants_listing():
     listed = sdpa_ext.variants()
-    assert [v.name for v in listed] == sdpa_ext.variant_names()
-    assert "auto" not in sdpa_ext.variant_names()
+    names = sdpa_ext.variant_names()
+    assert "auto" not in names and len(set(names)) == len(names)
+    assert [v.stage for v in listed] == sorted(v.stage for v in listed)
     for v in listed:
         assert v.tier in ("full", "fast") and v.description and set(v.head_dims) >= {64, 128}
         assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"}
+        assert v.name in names and all(f"{v.name}+{t}" in names for t in v.toggles)
+        assert all(t in sdpa_ext.variants_module.TOGGLE_DESCRIPTIONS for t in v.toggles)
 
 
 @requires_cuda
-def test_every_listed_variant_is_built():
+def test_built_variants_match_the_python_list():
     q8, qs, k8, ks, v8, vs = quantized("cuda")
-    for name in sdpa_ext.variant_names():
-        out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=name)
-        assert bool(torch.isfinite(out).all())
+    with pytest.raises(RuntimeError, match="valid variants: auto, ") as error:
+        sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="nope")
+    built = str(error.value).split("valid variants: auto, ")[1].split("\n")[0].split(", ")
+    assert sorted(built) == sorted(sdpa_ext.variant_names())
+
+
+@requires_cuda
+def test_toggle_order_does_not_matter():
+    q8, qs, k8, ks, v8, vs = quantized("cuda")
+    a = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="warp_spec+swizzle+2producers")
+    b = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="warp_spec+2producers+swizzle")
+    assert torch.equal(a[0], b[0])
+    with pytest.raises(RuntimeError, match="'scalar\\+swizzle' is unknown or that toggle combination is not built"):
+        sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="scalar+swizzle")
+
+
+@requires_cuda
+def test_unaligned_rows_fall_back_or_explain():
+    q8, qs, k8, ks, v8, vs = quantized("cuda")
+    # Codes one byte into a buffer: rows are no longer 16-byte aligned.
+    shifted = torch.empty(k8.numel() + 1, dtype=torch.uint8, device="cuda")[1:].view(k8.shape)
+    shifted.copy_(k8.view(torch.uint8))
+    expected = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="scalar")
+    assert torch.equal(sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs)[0], expected[0])  # auto falls back
+    unaligned = [v.name for v in sdpa_ext.variants() if v.aligned_rows]
+    for name in unaligned:
+        with pytest.raises(RuntimeError, match=f"variant '{name}' needs q, k and v rows aligned to 16 bytes"):
+            sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs, variant=name)

@@ -3,9 +3,11 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <climits>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../checks.h"
 #include "../forward.h"
@@ -50,13 +52,28 @@ std::string variant_list() {
   return names.str();
 }
 
+// "pipe3+swizzle" and "swizzle+pipe3"... name the same build: the base name first, then toggles sorted.
+std::string canonical_variant(c10::string_view variant) {
+  std::vector<std::string> parts;
+  std::stringstream stream{std::string(variant)};
+  for (std::string part; std::getline(stream, part, '+');) parts.push_back(part);
+  if (parts.size() > 2) std::sort(parts.begin() + 1, parts.end());
+  std::string name;
+  for (const std::string& part : parts) name += (name.empty() ? "" : "+") + part;
+  return name;
+}
+
 int resolve_variant(c10::string_view variant, const AttentionParams& p, const at::Tensor& q) {
   if (variant == "auto") {
     const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
     return auto_attention_variant(p, prop->major * 10 + prop->minor);
   }
-  const int index = find_attention_variant(std::string(variant).c_str());
-  TORCH_CHECK(index >= 0, "variant '", variant, "' is unknown; valid variants: ", variant_list());
+  const int index = find_attention_variant(canonical_variant(variant).c_str());
+  TORCH_CHECK(index >= 0, "variant '", variant, "' is unknown or that toggle combination is not built; valid variants: ",
+              variant_list());
+  TORCH_CHECK(attention_variant_runs_on(index, p), "variant '", variant,
+              "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
+              "bytes); use variant='auto' or 'scalar' for these inputs");
   return index;
 }
 

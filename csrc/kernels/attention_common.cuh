@@ -73,4 +73,16 @@ struct RowSoftmax {
   __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
 };
 
+// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid.
+template <typename Kernel>
+cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, const AttentionParams& p,
+                             cudaStream_t stream) {
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      err != cudaSuccess) {
+    return err;
+  }
+  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 }  // namespace sdpa

@@ -1,4 +1,4 @@
-// Variant `scalar` (stage 0): plain FMA loops and an online softmax; the readable baseline.
+// Variants `scalar` (stage 0) and `cp_async` (stage 1): plain FMA loops and an online softmax.
 //
 // One block of 128 threads owns kBlockM = 16 query rows of one head; each row is handled by 8 consecutive
 // threads. Per K/V tile of kBlockN = 32 keys:
@@ -7,10 +7,13 @@
 //   O = O * alpha + P V   each thread owns D / 8 output dims (lane8 + 8 i), P is read back from shared memory
 // Q, K and V are decoded once to float codes in shared memory; the per-head scales are folded into the
 // softmax scale (q k) and the epilogue (v), so every product of codes is exact and sums are fp32.
+// kStages = 0 reads each K/V tile straight from global memory between two barriers; kStages = 2 (`cp_async`)
+// streams raw code tiles into a double buffer with cp.async, so tile j + 1 loads while tile j is computed.
 #pragma once
 
 #include "attention_common.cuh"
 #include "fp8.h"
+#include "tile_rows.cuh"
 
 namespace sdpa {
 
@@ -22,25 +25,38 @@ struct ScalarTiles {
   static constexpr int kKeysPerThread = kBlockN / kThreadsPerRow;
 };
 
-// Decodes rows [row0, row0 + kRows) of one head into a float tile; rows past `rows` become 0.
-template <int kRows, int kCols, int kPitch>
-__device__ __forceinline__ void load_decoded_tile(float (*tile)[kPitch], const uint8_t* head, int64_t row_stride,
-                                                  int row0, int rows) {
+template <int kHeadDim, int kStages>
+struct ScalarSmem {
+  using T = ScalarTiles;
+  // +1 pads break the bank conflict of 8 threads reading 8 different rows at the same column.
+  float q[T::kBlockM][kHeadDim + 1];
+  float k[T::kBlockN][kHeadDim + 1];
+  float v[T::kBlockN][kHeadDim];
+  float p[T::kBlockM][T::kBlockN + 1];
+  static constexpr int kTileCodes = T::kBlockN * kHeadDim;
+  static constexpr int kRingOffset = (sizeof(float) * (T::kBlockM * (kHeadDim + 1) + T::kBlockN * (2 * kHeadDim + 1) +
+                                                      T::kBlockM * (T::kBlockN + 1)) + 15) / 16 * 16;
+  static constexpr int kBytes = kRingOffset + kStages * 2 * kTileCodes;  // ring: [kStages][K codes, V codes]
+};
+
+// Decodes a dense [kRows][kCols] tile of codes (global rows or a shared ring slot) into a float tile.
+template <int kRows, int kCols, int kPitch, typename RowAt>
+__device__ __forceinline__ void decode_tile(float (*tile)[kPitch], RowAt row_at, int row0, int rows) {
   for (int i = threadIdx.x; i < kRows * kCols; i += blockDim.x) {
     const int r = i / kCols, c = i % kCols;
-    tile[r][c] = row0 + r < rows ? e4m3_to_float(head[(row0 + r) * row_stride + c]) : 0.0f;
+    tile[r][c] = row0 + r < rows ? e4m3_to_float(row_at(r)[c]) : 0.0f;
   }
 }
 
-template <int kHeadDim, typename OutT>
+template <int kHeadDim, int kStages, typename OutT>
 __global__ void __launch_bounds__(ScalarTiles::kThreads) attention_scalar_kernel(const AttentionParams p) {
   using T = ScalarTiles;
+  using Smem = ScalarSmem<kHeadDim, kStages>;
+  using Rows = TileRows<T::kBlockN, kHeadDim>;
   constexpr int kDimsPerThread = kHeadDim / T::kThreadsPerRow;
-  // +1 pads break the bank conflict of 8 threads reading 8 different rows at the same column.
-  __shared__ float sQ[T::kBlockM][kHeadDim + 1];
-  __shared__ float sK[T::kBlockN][kHeadDim + 1];
-  __shared__ float sV[T::kBlockN][kHeadDim];
-  __shared__ float sP[T::kBlockM][T::kBlockN + 1];
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& s = *reinterpret_cast<Smem*>(smem_raw);
+  uint8_t* ring = smem_raw + Smem::kRingOffset;
 
   const int blocks_per_head = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const HeadCoords c = head_coords(p, blocks_per_head);
@@ -50,35 +66,60 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads) attention_scalar_kernel
   const int query = row0 + row;
 
   const uint8_t* q = p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
-  const uint8_t* k = p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride;
-  const uint8_t* v = p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride;
+  Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0, p.seqlen_k};
+  Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0, p.seqlen_k};
   const float score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] *
                             p.k_scale[c.batch * p.heads_kv + c.head_kv] * p.softmax_scale * kLog2e;
 
-  load_decoded_tile<T::kBlockM, kHeadDim>(sQ, q, p.q_row_stride, row0, p.seqlen_q);
+  decode_tile<T::kBlockM, kHeadDim>(s.q, [&](int r) { return q + (row0 + r) * p.q_row_stride; }, row0, p.seqlen_q);
+
+  const int keys = key_end(p, row0, T::kBlockM);
+  const int tiles = (keys + T::kBlockN - 1) / T::kBlockN;
+  auto issue = [&](int tile) {  // cp_async only
+    if (tile < tiles) {
+      uint8_t* slot = ring + (tile % kStages) * 2 * Smem::kTileCodes;
+      k_rows.key0 = v_rows.key0 = tile * T::kBlockN;
+      copy_tile_async(slot, k_rows, T::kThreads);
+      copy_tile_async(slot + Smem::kTileCodes, v_rows, T::kThreads);
+    }
+    cp_async_commit();
+  };
+  if constexpr (kStages > 0) issue(0);
 
   RowSoftmax softmax;
   float acc[kDimsPerThread] = {};
-  const int keys = key_end(p, row0, T::kBlockM);
-  for (int key0 = 0; key0 < keys; key0 += T::kBlockN) {
-    __syncthreads();  // the previous tile is consumed (and sQ is written on the first pass)
-    load_decoded_tile<T::kBlockN, kHeadDim>(sK, k, p.k_row_stride, key0, p.seqlen_k);
-    load_decoded_tile<T::kBlockN, kHeadDim>(sV, v, p.v_row_stride, key0, p.seqlen_k);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int key0 = tile * T::kBlockN;
+    if constexpr (kStages > 0) {
+      issue(tile + 1);
+      cp_async_wait<1>();
+      __syncthreads();  // the tile's codes have landed; the previous tile is consumed
+      const uint8_t* slot = ring + (tile % kStages) * 2 * Smem::kTileCodes;
+      decode_tile<T::kBlockN, kHeadDim>(s.k, [&](int r) { return slot + r * kHeadDim; }, key0, p.seqlen_k);
+      decode_tile<T::kBlockN, kHeadDim>(s.v, [&](int r) { return slot + Smem::kTileCodes + r * kHeadDim; }, key0,
+                                        p.seqlen_k);
+    } else {
+      __syncthreads();  // the previous tile is consumed (and s.q is written on the first pass)
+      decode_tile<T::kBlockN, kHeadDim>(s.k, [&](int r) { return k_rows.head + (key0 + r) * p.k_row_stride; }, key0,
+                                        p.seqlen_k);
+      decode_tile<T::kBlockN, kHeadDim>(s.v, [&](int r) { return v_rows.head + (key0 + r) * p.v_row_stride; }, key0,
+                                        p.seqlen_k);
+    }
     __syncthreads();
 
     // S = Q K^T, scaled to log2 units, masked.
-    float s[T::kKeysPerThread];
+    float scores[T::kKeysPerThread];
     float tile_max = -INFINITY;
 #pragma unroll
     for (int i = 0; i < T::kKeysPerThread; ++i) {
       const int j = lane8 + i * T::kThreadsPerRow;
       float dot = 0.0f;
 #pragma unroll 16
-      for (int d = 0; d < kHeadDim; ++d) dot = fmaf(sQ[row][d], sK[j][d], dot);
+      for (int d = 0; d < kHeadDim; ++d) dot = fmaf(s.q[row][d], s.k[j][d], dot);
       const int key = key0 + j;
       const bool visible = key < p.seqlen_k && (!p.is_causal || key <= query);
-      s[i] = visible ? dot * score_scale : -INFINITY;
-      tile_max = fmaxf(tile_max, s[i]);
+      scores[i] = visible ? dot * score_scale : -INFINITY;
+      tile_max = fmaxf(tile_max, scores[i]);
     }
 
     float offset;
@@ -86,8 +127,8 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads) attention_scalar_kernel
     float row_sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < T::kKeysPerThread; ++i) {
-      const float prob = exp2f(s[i] - offset);
-      sP[row][lane8 + i * T::kThreadsPerRow] = prob;
+      const float prob = exp2f(scores[i] - offset);
+      s.p[row][lane8 + i * T::kThreadsPerRow] = prob;
       row_sum += prob;
     }
     softmax.sum += group_sum<T::kThreadsPerRow>(row_sum);
@@ -99,7 +140,7 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads) attention_scalar_kernel
       float o = acc[i] * correction;
       const int d = lane8 + i * T::kThreadsPerRow;
 #pragma unroll 8
-      for (int j = 0; j < T::kBlockN; ++j) o = fmaf(sP[row][j], sV[j][d], o);
+      for (int j = 0; j < T::kBlockN; ++j) o = fmaf(s.p[row][j], s.v[j][d], o);
       acc[i] = o;
     }
   }
@@ -115,13 +156,14 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads) attention_scalar_kernel
   }
 }
 
+template <int kStages>
 struct ScalarVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     const int blocks_per_head = (p.seqlen_q + ScalarTiles::kBlockM - 1) / ScalarTiles::kBlockM;
-    const int64_t blocks = static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q;
-    attention_scalar_kernel<kHeadDim, OutT><<<static_cast<unsigned>(blocks), ScalarTiles::kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_with_smem(attention_scalar_kernel<kHeadDim, kStages, OutT>,
+                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, ScalarTiles::kThreads,
+                            ScalarSmem<kHeadDim, kStages>::kBytes, p, stream);
   }
 };
 

@@ -7,11 +7,14 @@
 
 namespace sdpa {
 
-// Attention variants built into this library, in ladder order. Names match sdpa_ext/variants.py.
+// Attention variants built into this library, in ladder order: base name, then toggles in sorted order
+// joined by '+' (e.g. "pipe3+swizzle"). Names match sdpa_ext/variants.py.
 int attention_variant_count();
 const char* attention_variant_name(int index);
 // Index of a variant name, or -1 when no variant has that name.
 int find_attention_variant(const char* name);
+// Whether a variant can run on these inputs (some need 16-byte aligned q/k/v rows).
+bool attention_variant_runs_on(int variant, const AttentionParams& params);
 // The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90).
 int auto_attention_variant(const AttentionParams& params, int sm);
 

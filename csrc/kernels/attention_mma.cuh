@@ -1,0 +1,291 @@
+// The mma.sync family of variants (FlashAttention-2 style), one template with three compile-time choices:
+//   kStages        cp.async ring depth for K/V (2: `fused_softmax`, 3: `pipe3`)
+//   kSwizzle       XOR-swizzled fp16 tiles in shared memory (the `swizzle` toggle)
+//   kProducers     0: every warp loads and computes; 1 or 2: dedicated producer warps (`warp_spec`)
+//
+// Four consumer warps own 16 query rows each (kBlockM = 64); per K/V tile of kBlockN = 64 keys a warp does
+//   S = Q K^T      mma.sync m16n8k16, Q fragments in registers, K via ldmatrix; S stays in registers
+//   m = max(m, rowmax(S)); P = exp2(S - m); l = l * alpha + rowsum(P)   (quad shuffles, fp32)
+//   O = O * alpha + P V   P re-packed from the S accumulators into A fragments, V via ldmatrix.trans
+// E4M3 codes are decoded to fp16 exactly (every E4M3 value is an fp16 value) and the per-head scales are folded
+// into the softmax scale and the epilogue, as in the scalar kernel. P is fp16: the "full" precision tier.
+#pragma once
+
+#include "attention_common.cuh"
+#include "ptx.cuh"
+#include "tile_rows.cuh"
+
+namespace sdpa {
+
+// An fp16 tile of kCols halves per row, addressed in 16-byte chunks; with kSwizzle the chunk index is XORed
+// with row % 8, so the 8 rows an ldmatrix phase reads land in 8 different bank groups.
+template <int kCols, bool kSwizzle>
+struct HalfTileLayout {
+  static_assert(kCols % 64 == 0, "swizzling needs at least 8 chunks per row");
+  __device__ static int offset(int row, int col) {
+    const int chunk = (col / 8) ^ (kSwizzle ? row % 8 : 0);
+    return row * kCols + chunk * 8 + col % 8;
+  }
+};
+
+template <int kHeadDim_, int kStages_, bool kSwizzle_, int kProducers_>
+struct MmaConfig {
+  static constexpr int kHeadDim = kHeadDim_, kStages = kStages_, kProducers = kProducers_;
+  static constexpr bool kSwizzle = kSwizzle_;
+  static constexpr int kBlockM = 64, kBlockN = 64;
+  static constexpr int kConsumerWarps = kBlockM / 16;
+  static constexpr int kConsumerThreads = kConsumerWarps * 32;
+  static constexpr int kThreads = kConsumerThreads + kProducers * 32;
+  static constexpr int kTileCodes = kBlockN * kHeadDim;  // bytes of one K or V tile as E4M3 codes
+  static constexpr int kTileHalves = kBlockN * kHeadDim;
+  // Without producers: a ring of raw code tiles filled by cp.async, plus one decoded fp16 K/V pair.
+  // With producers: a ring of decoded fp16 K/V pairs, written by the producers directly.
+  using Rows = TileRows<kBlockN, kHeadDim>;
+  static constexpr int kSmemBytes = kProducers == 0 ? kStages * 2 * kTileCodes + 2 * kTileHalves * 2
+                                                    : kStages * 2 * kTileHalves * 2;
+  using Layout = HalfTileLayout<kHeadDim, kSwizzle>;
+};
+
+// Converts 16 consecutive codes of one row into two swizzled 16-byte fp16 chunks.
+template <class Layout>
+__device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col, uint4 codes) {
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t halves[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    halves[2 * i] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] & 0xFFFFu));
+    halves[2 * i + 1] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] >> 16));
+  }
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) =
+      make_uint4(halves[4], halves[5], halves[6], halves[7]);
+}
+
+// Per-warp state of the FlashAttention-2 loop: 16 query rows; this lane holds rows g and g + 8 (g = lane / 4).
+template <class Cfg>
+struct WarpAttention {
+  static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
+  uint32_t q[kD / 16][4];     // A fragments of Q, fp16
+  float o[kD / 8][4] = {};    // O accumulators (unnormalized, in V-code units)
+  RowSoftmax softmax[2];      // rows g and g + 8; `sum` is this lane's partial sum until finish()
+  int row[2];                 // query indices of rows g and g + 8
+  float score_scale;          // q_scale * k_scale * softmax_scale * log2(e)
+
+  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, int lane) {
+    const int c = lane % 4;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // a0a1: (g, 2c) a2a3: (g + 8, 2c) a4a5: (g, 2c + 8) a6a7: (g + 8, 2c + 8)
+        const int r = row[i % 2], col = ks * 16 + (i / 2) * 8 + 2 * c;
+        q[ks][i] = r < seqlen_q ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col))
+                                : 0u;
+      }
+    }
+  }
+
+  __device__ void consume(const __half* k_tile, const __half* v_tile, int key0, const AttentionParams& p, int lane) {
+    using Layout = typename Cfg::Layout;
+    const int mat = lane / 8, mat_row = lane % 8;
+    // S = Q K^T: ldmatrix.x4 gives two 8-key n-tiles x two 8-dim halves of the k-step.
+    float s[kN / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 16; ++nt) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
+        mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
+        mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
+      }
+    }
+    // Scale to log2 units, mask, and fold the tile into the running softmax of each of the two rows.
+    float offset[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int key = key0 + nt * 8 + 2 * (lane % 4) + j;
+          const bool visible = key < p.seqlen_k && (!p.is_causal || key <= row[r]);
+          float& x = s[nt][2 * r + j];
+          x = visible ? x * score_scale : -INFINITY;
+          tile_max = fmaxf(tile_max, x);
+        }
+      }
+      const float correction = softmax[r].rescale(group_max<4>(tile_max), &offset[r]);
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        o[dt][2 * r] *= correction;
+        o[dt][2 * r + 1] *= correction;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[nt][i] = exp2f(s[nt][i] - offset[i / 2]);
+        softmax[i / 2].sum += s[nt][i];
+      }
+    }
+    // O += P V: the S accumulators of n-tiles 2kt, 2kt + 1 are exactly the A fragment of keys [16kt, 16kt + 16).
+#pragma unroll
+    for (int kt = 0; kt < kN / 16; ++kt) {
+      const uint32_t a[4] = {pack_half2(s[2 * kt][0], s[2 * kt][1]), pack_half2(s[2 * kt][2], s[2 * kt][3]),
+                             pack_half2(s[2 * kt + 1][0], s[2 * kt + 1][1]),
+                             pack_half2(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+#pragma unroll
+      for (int dt = 0; dt < kD / 16; ++dt) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_tile + Layout::offset(kt * 16 + (mat % 2) * 8 + mat_row, dt * 16 + (mat / 2) * 8));
+        mma_16x8x16(o[2 * dt], a, b[0], b[1]);
+        mma_16x8x16(o[2 * dt + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  template <typename OutT>
+  __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
+    const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      softmax[r].sum = group_sum<4>(softmax[r].sum);
+      if (row[r] >= p.seqlen_q) continue;
+      const float out_scale = v_scale / softmax[r].sum;
+      OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
+                  row[r] * p.out_row_stride;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        out[dt * 8 + 2 * (lane % 4)] = from_float<OutT>(o[dt][2 * r] * out_scale);
+        out[dt * 8 + 2 * (lane % 4) + 1] = from_float<OutT>(o[dt][2 * r + 1] * out_scale);
+      }
+      if (lane % 4 == 0) {
+        p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
+            softmax[r].lse();
+      }
+    }
+  }
+};
+
+// All threads load (cp.async ring of raw codes), decode the current tile to fp16, and compute.
+template <class Cfg>
+__device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned char* smem, typename Cfg::Rows k_rows,
+                                                typename Cfg::Rows v_rows, int tiles, const AttentionParams& p,
+                                                int lane) {
+  using Layout = typename Cfg::Layout;
+  uint8_t* ring = smem;  // [kStages][K codes, V codes]
+  __half* k_tile = reinterpret_cast<__half*>(smem + Cfg::kStages * 2 * Cfg::kTileCodes);
+  __half* v_tile = k_tile + Cfg::kTileHalves;
+  auto issue = [&](int tile) {
+    if (tile < tiles) {
+      uint8_t* stage = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileCodes;
+      k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
+      copy_tile_async(stage, k_rows, Cfg::kThreads);
+      copy_tile_async(stage + Cfg::kTileCodes, v_rows, Cfg::kThreads);
+    }
+    cp_async_commit();  // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(t);
+  for (int tile = 0; tile < tiles; ++tile) {
+    issue(tile + Cfg::kStages - 1);
+    cp_async_wait<Cfg::kStages - 1>();
+    __syncthreads();  // tile's codes are visible to all; everyone is done with the previous fp16 tiles
+    const uint8_t* stage = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileCodes;
+    for (int ch = threadIdx.x; ch < Cfg::Rows::kChunks; ch += Cfg::kThreads) {
+      const int row = k_rows.row(ch), col = k_rows.col(ch), at = k_rows.offset(ch);
+      store_decoded_16<Layout>(k_tile, row, col, *reinterpret_cast<const uint4*>(stage + at));
+      store_decoded_16<Layout>(v_tile, row, col, *reinterpret_cast<const uint4*>(stage + Cfg::kTileCodes + at));
+    }
+    __syncthreads();
+    w.consume(k_tile, v_tile, tile * Cfg::kBlockN, p, lane);
+  }
+}
+
+// Named barriers of the producer/consumer ring: FULL(s) = 1 + s, EMPTY(s) = 1 + kStages + s.
+template <class Cfg>
+__device__ __forceinline__ int full_barrier(int stage) { return 1 + stage; }
+template <class Cfg>
+__device__ __forceinline__ int empty_barrier(int stage) { return 1 + Cfg::kStages + stage; }
+
+// Producer warps: global codes -> registers -> fp16 -> ring slot, then signal FULL; wait EMPTY before reuse.
+template <class Cfg>
+__device__ __forceinline__ void produce(unsigned char* smem, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows, int tiles) {
+  using Layout = typename Cfg::Layout;
+  const int tid = threadIdx.x - Cfg::kConsumerThreads;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
+    if (tile >= Cfg::kStages) barrier_sync(empty_barrier<Cfg>(stage), Cfg::kThreads);
+    __half* k_tile = reinterpret_cast<__half*>(smem) + stage * 2 * Cfg::kTileHalves;
+    __half* v_tile = k_tile + Cfg::kTileHalves;
+    k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
+#pragma unroll 4
+    for (int ch = tid; ch < Cfg::Rows::kChunks; ch += Cfg::kProducers * 32) {
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      const uint4 k_codes = k_rows.valid(ch) ? *reinterpret_cast<const uint4*>(k_rows.src(ch)) : zero;
+      const uint4 v_codes = v_rows.valid(ch) ? *reinterpret_cast<const uint4*>(v_rows.src(ch)) : zero;
+      store_decoded_16<Layout>(k_tile, k_rows.row(ch), k_rows.col(ch), k_codes);
+      store_decoded_16<Layout>(v_tile, v_rows.row(ch), v_rows.col(ch), v_codes);
+    }
+    barrier_arrive(full_barrier<Cfg>(stage), Cfg::kThreads);
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void consume_ring(WarpAttention<Cfg>& w, unsigned char* smem, int tiles,
+                                             const AttentionParams& p, int lane) {
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
+    barrier_sync(full_barrier<Cfg>(stage), Cfg::kThreads);
+    const __half* k_tile = reinterpret_cast<const __half*>(smem) + stage * 2 * Cfg::kTileHalves;
+    w.consume(k_tile, k_tile + Cfg::kTileHalves, tile * Cfg::kBlockN, p, lane);
+    if (tile + Cfg::kStages < tiles) barrier_arrive(empty_barrier<Cfg>(stage), Cfg::kThreads);
+  }
+}
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::kThreads) attention_mma_kernel(const AttentionParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const HeadCoords c = head_coords(p, blocks_per_head);
+  const int row0 = c.tile * Cfg::kBlockM;
+  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
+                             p.seqlen_k};
+  const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
+                             p.seqlen_k};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if constexpr (Cfg::kProducers > 0) {
+    if (warp >= Cfg::kConsumerWarps) {
+      produce<Cfg>(smem, k_rows, v_rows, tiles);
+      return;
+    }
+  }
+  WarpAttention<Cfg> w;
+  w.row[0] = row0 + warp * 16 + lane / 4;
+  w.row[1] = w.row[0] + 8;
+  w.score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                  p.softmax_scale * kLog2e;
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, lane);
+  if constexpr (Cfg::kProducers > 0) {
+    consume_ring<Cfg>(w, smem, tiles, p, lane);
+  } else {
+    run_cooperative<Cfg>(w, smem, k_rows, v_rows, tiles, p, lane);
+  }
+  w.template finish<OutT>(p, c, lane);
+}
+
+template <int kStages, bool kSwizzle, int kProducers>
+struct MmaVariant {
+  template <int kHeadDim, typename OutT>
+  static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
+    using Cfg = MmaConfig<kHeadDim, kStages, kSwizzle, kProducers>;
+    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    return launch_with_smem(attention_mma_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
+                            Cfg::kThreads, Cfg::kSmemBytes, p, stream);
+  }
+};
+
+}  // namespace sdpa

@@ -1,0 +1,19 @@
+// Cooperative mma.sync variants: every warp loads (cp.async ring) and computes.
+#include "attention_mma.cuh"
+#include "variant_launch.cuh"
+#include "variant_launchers.h"
+
+namespace sdpa {
+
+cudaError_t launch_fused_softmax(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, false, 0>>(p, s);
+}
+cudaError_t launch_fused_softmax_swizzle(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, true, 0>>(p, s);
+}
+cudaError_t launch_pipe3(const AttentionParams& p, cudaStream_t s) { return launch_variant<MmaVariant<3, false, 0>>(p, s); }
+cudaError_t launch_pipe3_swizzle(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<3, true, 0>>(p, s);
+}
+
+}  // namespace sdpa

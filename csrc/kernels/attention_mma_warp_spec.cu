@@ -1,0 +1,21 @@
+// Warp-specialized mma.sync variants: 1 or 2 producer warps fill a 2-stage ring of fp16 K/V tiles.
+#include "attention_mma.cuh"
+#include "variant_launch.cuh"
+#include "variant_launchers.h"
+
+namespace sdpa {
+
+cudaError_t launch_warp_spec(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, false, 1>>(p, s);
+}
+cudaError_t launch_warp_spec_swizzle(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, true, 1>>(p, s);
+}
+cudaError_t launch_warp_spec_2producers(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, false, 2>>(p, s);
+}
+cudaError_t launch_warp_spec_2producers_swizzle(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<MmaVariant<2, true, 2>>(p, s);
+}
+
+}  // namespace sdpa

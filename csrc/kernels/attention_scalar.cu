@@ -1,0 +1,11 @@
+// The scalar family: `scalar` (synchronous tile loads) and `cp_async` (double-buffered cp.async ring).
+#include "attention_scalar.cuh"
+#include "variant_launch.cuh"
+#include "variant_launchers.h"
+
+namespace sdpa {
+
+cudaError_t launch_scalar(const AttentionParams& p, cudaStream_t s) { return launch_variant<ScalarVariant<0>>(p, s); }
+cudaError_t launch_cp_async(const AttentionParams& p, cudaStream_t s) { return launch_variant<ScalarVariant<2>>(p, s); }
+
+}  // namespace sdpa

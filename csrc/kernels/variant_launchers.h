@@ -1,0 +1,24 @@
+// One launcher per built variant (name[+toggle...]); the table in attention_dispatch.cu lists them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "params.h"
+
+namespace sdpa {
+
+using AttentionLauncher = cudaError_t (*)(const AttentionParams&, cudaStream_t);
+
+cudaError_t launch_scalar(const AttentionParams&, cudaStream_t);
+cudaError_t launch_cp_async(const AttentionParams&, cudaStream_t);
+cudaError_t launch_wmma(const AttentionParams&, cudaStream_t);
+cudaError_t launch_fused_softmax(const AttentionParams&, cudaStream_t);
+cudaError_t launch_fused_softmax_swizzle(const AttentionParams&, cudaStream_t);
+cudaError_t launch_pipe3(const AttentionParams&, cudaStream_t);
+cudaError_t launch_pipe3_swizzle(const AttentionParams&, cudaStream_t);
+cudaError_t launch_warp_spec(const AttentionParams&, cudaStream_t);
+cudaError_t launch_warp_spec_swizzle(const AttentionParams&, cudaStream_t);
+cudaError_t launch_warp_spec_2producers(const AttentionParams&, cudaStream_t);
+cudaError_t launch_warp_spec_2producers_swizzle(const AttentionParams&, cudaStream_t);
+
+}  // namespace sdpa
