@@ -1,12 +1,14 @@
 """Benchmark: sdpa_ext against every PyTorch SDPA backend, in one run, on the GPU (or the CPU without one).
 
-    python -m sdpa_ext.bench                       # 1x8x512x64, every variant and backend
-    python -m sdpa_ext.bench --shape 4,16,2048,128 --causal --json out.json
+    python -m sdpa_ext.bench                                  # preset 'mission': 1x8x512x64
+    python -m sdpa_ext.bench --preset sweep --json r.json --plot r.png
+    python -m sdpa_ext.bench --shape 4,16,2048,128 --causal --variant auto --variant pipe3+swizzle
 
-Kernel time is fp8_forward on pre-quantized inputs; quantize is the three quantize_fp8 calls; end to end is
-sdpa_ext.scaled_dot_product_attention from fp16/bf16. On the GPU every row is timed by CUDA-graph replay
-(per-call GPU time) and by per-call CUDA events, rotating input sets so that the L2 cache does not flatter
-small shapes. Accuracy columns compare each row with SDPA in fp32 on the original inputs.
+Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
+end-to-end drop-in from fp16/bf16, and every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
+row is timed by CUDA-graph replay (GPU time per call; the ratios use it) and by per-call CUDA events (median,
+p90; launch overhead included), cycling through enough input sets that the L2 cache does not flatter small
+shapes. Accuracy columns compare each attention row with SDPA in fp32 on the original inputs.
 """
 
 import argparse
@@ -14,6 +16,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -25,12 +28,20 @@ from sdpa_ext import timing
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+PRESETS = {
+    "mission": [(1, 8, 512, 64)],
+    "seeds": [(1, 2, 64, 64), (1, 4, 128, 64), (1, 8, 512, 64), (2, 2, 64, 64), (2, 8, 256, 64), (1, 8, 2048, 64)],
+    "sweep": [(1, 16, s, d) for d in (64, 128) for s in (512, 1024, 2048, 4096, 8192, 16384)],
+}
 
 
 def parse_shape(text):
-    dims = tuple(int(x) for x in text.split(","))
-    if len(dims) != 4:
-        raise argparse.ArgumentTypeError(f"--shape takes B,H,S,D, got {text!r}")
+    try:
+        dims = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) != 4 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"--shape takes B,H,S,D with positive integers, got {text!r}")
     return dims
 
 
@@ -54,69 +65,88 @@ def accuracy(out, ref):
     }
 
 
-def input_sets(shape, dtype, device, l2_bytes):
+def input_sets(shape, dtype, device):
     """Enough independent (q, k, v) sets that cycling through them streams from memory, not L2."""
     per_set = 3 * math.prod(shape) * torch.finfo(dtype).bits // 8
-    count = 1 if device == "cpu" else max(1, min(16, math.ceil(3 * l2_bytes / per_set)))
+    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device == "cuda" else 0
+    count = 1 if device == "cpu" else max(1, min(16, math.ceil(3 * l2 / per_set)))
     gen = torch.Generator().manual_seed(0)
     return [[torch.randn(shape, generator=gen).to(dtype).to(device) for _ in range(3)] for _ in range(count)]
 
 
-def timed(fn, device):
-    if device == "cpu":
-        return {"cpu": timing.time_cpu(fn)}
-    return {"graph": timing.time_cuda_graph(fn), "events": timing.time_cuda_events(fn)}
+class ShapeBench:
+    """Times every row for one (shape, causal, dtype)."""
 
+    def __init__(self, shape, is_causal, dtype, device, max_ms):
+        self.shape, self.is_causal, self.dtype, self.device, self.max_ms = shape, is_causal, dtype, device, max_ms
+        self.sets = input_sets(shape, dtype, device)
+        self.quantized = [[x for t in s for x in sdpa_ext.quantize_fp8(t)] for s in self.sets]
+        q, k, v = self.sets[0]
+        self.reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
+        b, h, s, d = shape
+        self.flops = 4 * b * h * s * s * d / (2 if is_causal else 1)
+        self.rows = []
 
-def bench_shape(shape, is_causal, dtype, variants, device):
-    l2 = torch.cuda.get_device_properties(device).L2_cache_size if device == "cuda" else 0
-    sets = input_sets(shape, dtype, device, l2)
-    quantized = [[x for t in s for x in sdpa_ext.quantize_fp8(t)] for s in sets]
-    q, k, v = sets[0]
-    reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
-    b, h, s, d = shape
-    flops = 4 * b * h * s * s * d / (2 if is_causal else 1)
-    rows = []
-
-    def add(name, kind, fn, out=None):
-        row = {"name": name, "kind": kind, **timed(fn, device)}
+    def add(self, name, kind, fn, out=None):
+        row = {"name": name, "kind": kind}
+        if self.device == "cpu":
+            row["cpu"] = timing.time_cpu(fn)
+            row["time_us"] = row["cpu"]["median_us"]
+        else:
+            call_us = timing.probe_cuda_us(fn)
+            if call_us > self.max_ms * 1e3:
+                row.update(skipped=f"one call took {call_us / 1e3:.0f} ms > --max-ms {self.max_ms}")
+                self.rows.append(row)
+                return
+            row["graph"] = timing.time_cuda_graph(fn, call_us)
+            row["events"] = timing.time_cuda_events(fn, call_us)
+            row["time_us"] = row["graph"]["median_us"]
         if out is not None:  # an attention output: FLOP rate and accuracy against SDPA in fp32
-            row.update(accuracy(out, reference), tflops=flops / row[_key(device)]["median_us"] / 1e6)
-        rows.append(row)
+            row.update(accuracy(out, self.reference), tflops=self.flops / row["time_us"] / 1e6)
+        self.rows.append(row)
 
-    for variant in variants:
-        def kernel(i, variant=variant):
-            q8, qs, k8, ks, v8, vs = quantized[i % len(quantized)]
-            return sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=is_causal, out_dtype=dtype, variant=variant)
+    def kernel(self, variant):
+        def call(i):
+            q8, qs, k8, ks, v8, vs = self.quantized[i % len(self.quantized)]
+            return sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=self.is_causal, out_dtype=self.dtype,
+                                        variant=variant)
+        return call
 
-        add(f"sdpa_ext[{variant}]", "kernel", kernel, kernel(0)[0])
-    add("sdpa_ext quantize q,k,v", "quantize", lambda i: [sdpa_ext.quantize_fp8(t) for t in sets[i % len(sets)]])
-    end_to_end = lambda i: sdpa_ext.scaled_dot_product_attention(*sets[i % len(sets)], is_causal=is_causal)  # noqa
-    add("sdpa_ext end-to-end", "end_to_end", end_to_end, end_to_end(0))
+    def quantize(self, i):
+        return [sdpa_ext.quantize_fp8(t) for t in self.sets[i % len(self.sets)]]
 
-    for backend in SDPA_BACKENDS if device == "cuda" else ("math",):
-        def sdpa(i, backend=backend):
-            with sdpa_backend_context(backend) if device == "cuda" else nullcontext():
-                return F.scaled_dot_product_attention(*sets[i % len(sets)], is_causal=is_causal)
+    def end_to_end(self, i):
+        return sdpa_ext.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)
 
-        try:
-            out = sdpa(0)
-        except RuntimeError:  # backend not available for this shape/dtype/GPU
-            continue
-        add(f"torch sdpa {backend}", "sdpa", sdpa, out)
-    best_sdpa = min((r for r in rows if r["kind"] == "sdpa"), key=lambda r: r[_key(device)]["median_us"], default=None)
-    for r in rows:
-        r["vs_best_sdpa"] = r[_key(device)]["median_us"] / best_sdpa[_key(device)]["median_us"] if best_sdpa else None
-    return {"shape": list(shape), "causal": is_causal, "dtype": str(dtype).replace("torch.", ""), "rows": rows}
+    def sdpa(self, backend):
+        def call(i):
+            with sdpa_backend_context(backend) if self.device == "cuda" else nullcontext():
+                return F.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)
+        return call
 
-
-def _key(device):
-    return "cpu" if device == "cpu" else "graph"
+    def run(self, variants):
+        for variant in variants:
+            self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
+        self.add("sdpa_ext quantize q,k,v", "quantize", self.quantize)
+        self.add("sdpa_ext end-to-end", "end_to_end", self.end_to_end, self.end_to_end(0))
+        for backend in SDPA_BACKENDS if self.device == "cuda" else ("math",):
+            try:
+                out = self.sdpa(backend)(0)
+            except RuntimeError:  # backend not available for this shape/dtype/GPU
+                continue
+            self.add(f"torch sdpa {backend}", "sdpa", self.sdpa(backend), out)
+        timed = [r for r in self.rows if "time_us" in r]
+        best = min((r["time_us"] for r in timed if r["kind"] == "sdpa"), default=None)
+        for r in timed:
+            r["vs_best_sdpa"] = r["time_us"] / best if best else None
+        return {"shape": list(self.shape), "causal": self.is_causal, "dtype": str(self.dtype).replace("torch.", ""),
+                "flops": self.flops, "rows": self.rows}
 
 
 def environment(device):
-    commit = os.environ.get("SDPA_COMMIT") or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    commit = os.environ.get("SDPA_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -126,43 +156,97 @@ def environment(device):
 
 
 def markdown(result, device):
-    key = _key(device)
     label = "graph us" if device == "cuda" else "cpu us"
     lines = [f"### {'x'.join(map(str, result['shape']))} {'causal' if result['causal'] else 'non-causal'} "
              f"{result['dtype']}",
-             f"| row | {label} | events us | TFLOP/s | vs best SDPA | max abs | mean abs | cos | SQNR dB |",
+             f"| row | {label} | events us (p90) | TFLOP/s | vs best SDPA | max abs | mean abs | cos | SQNR dB |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        events = f"{r['events']['median_us']:.1f}" if "events" in r else "-"
+        if "skipped" in r:
+            lines.append(f"| {r['name']} | skipped: {r['skipped']} | | | | | | | |")
+            continue
+        events = f"{r['events']['median_us']:.1f} ({r['events']['p90_us']:.1f})" if "events" in r else "-"
         ratio = f"{r['vs_best_sdpa']:.2f}x" if r["vs_best_sdpa"] else "-"
         quality = (f"{r['tflops']:.1f} | {ratio} | {r['max_abs']:.4f} | {r['mean_abs']:.4f} | {r['cosine']:.5f} | "
                    f"{r['sqnr_db']:.1f}") if "tflops" in r else f"- | {ratio} | - | - | - | -"
-        lines.append(f"| {r['name']} | {r[key]['median_us']:.1f} | {events} | {quality} |")
+        lines.append(f"| {r['name']} | {r['time_us']:.1f} | {events} | {quality} |")
     return "\n".join(lines)
+
+
+def plot(results, path):
+    """TFLOP/s against sequence length, one line per row, one panel per (head dim, causal, dtype)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("--plot: matplotlib is not installed; no plot written", file=sys.stderr)
+        return
+    panels = sorted({(r["shape"][3], r["causal"], r["dtype"]) for r in results})
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
+    for ax, (head_dim, causal, dtype) in zip(axes[0], panels):
+        series = {}
+        for result in results:
+            if (result["shape"][3], result["causal"], result["dtype"]) != (head_dim, causal, dtype):
+                continue
+            for r in result["rows"]:
+                if "tflops" in r:
+                    series.setdefault(r["name"], []).append((result["shape"][2], r["tflops"]))
+        for name, points in sorted(series.items()):
+            xs, ys = zip(*sorted(points))
+            ax.plot(xs, ys, marker="o", label=name, linestyle="--" if name.startswith("torch") else "-")
+        ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s",
+               title=f"D={head_dim} {'causal' if causal else 'non-causal'} {dtype}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def progress(items, enabled):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc="shapes", file=sys.stderr)
+    except ImportError:
+        return items
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shape", type=parse_shape, action="append", help="B,H,S,D (repeatable; default 1,8,512,64)")
-    parser.add_argument("--causal", action="store_true")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp16")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="named shape set (default: mission)")
+    parser.add_argument("--shape", type=parse_shape, action="append", help="B,H,S,D (repeatable)")
+    parser.add_argument("--causal", action="store_true", help="causal mask (top-left aligned)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), action="append", help="fp16 and/or bf16 (default fp16)")
     parser.add_argument("--variant", action="append", help="variant to time (repeatable; default: auto and all)")
+    parser.add_argument("--max-ms", type=float, default=100.0, help="skip a row whose single call takes longer")
     parser.add_argument("--json", type=Path, help="write the results (with GPU, torch, CUDA, commit) here")
+    parser.add_argument("--plot", type=Path, help="write a PNG of TFLOP/s against sequence length here")
     args = parser.parse_args(argv)
 
     cuda = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("sdpa::fp8_forward", "CUDA")
     device = "cuda" if cuda else "cpu"
     variants = args.variant or (["auto", *sdpa_ext.variant_names()] if cuda else ["auto"])
+    shapes = (args.shape or []) + (PRESETS[args.preset] if args.preset else [])
+    shapes = shapes or PRESETS["mission"]
     env = environment(device)
     print(f"device: {env['device']}, torch {env['torch']}, CUDA {env['cuda']}, commit {env['commit']}")
     if not cuda:
         print("no CUDA GPU (or no CUDA build): timing the CPU op against SDPA's math backend on the CPU")
-    results = [bench_shape(shape, args.causal, DTYPES[args.dtype], variants, device)
-               for shape in args.shape or [(1, 8, 512, 64)]]
+    jobs = [(shape, DTYPES[d]) for shape in shapes for d in (args.dtype or ["fp16"])]
+    results = []
+    for shape, dtype in progress(jobs, len(jobs) > 1):
+        results.append(ShapeBench(shape, args.causal, dtype, device, args.max_ms).run(variants))
+        torch.cuda.empty_cache() if cuda else None
     for result in results:
         print(markdown(result, device))
     if args.json:
-        args.json.write_text(json.dumps({**env, "results": results}, indent=1))
+        args.json.write_text(json.dumps({**env, "command": " ".join(sys.argv), "results": results}, indent=1))
+    if args.plot:
+        plot(results, args.plot)
     return 0
 
 

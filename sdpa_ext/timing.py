@@ -1,21 +1,31 @@
-"""Timers for the benchmark: CUDA events, CUDA-graph replay, and a host clock for the CPU."""
+"""Timers for the benchmark: CUDA events, CUDA-graph replay, and a host clock for the CPU.
 
+Iteration counts adapt to the cost of one call, so that a sweep spends about the same wall time on a 5 us
+kernel and a 50 ms one: many calls per graph for small work (launch gaps hidden), few for large.
+"""
+
+import math
 import statistics
 import time
 from typing import Callable, Dict, List
 
 import torch
 
+GRAPH_BUDGET_MS = 2.0    # GPU time one captured graph should take
+TOTAL_BUDGET_MS = 300.0  # GPU time all timed repetitions of one row should take
+
 
 def _summary(samples_us: List[float]) -> Dict[str, float]:
     ordered = sorted(samples_us)
-    return {"median_us": statistics.median(ordered), "p90_us": ordered[int(0.9 * (len(ordered) - 1))]}
+    return {"median_us": statistics.median(ordered), "p90_us": ordered[int(0.9 * (len(ordered) - 1))],
+            "samples": len(ordered)}
 
 
-def time_cpu(fn: Callable[[int], object], iters: int = 20, warmup: int = 3) -> Dict[str, float]:
-    """Host-clock median of fn(i) on the CPU."""
-    for i in range(warmup):
-        fn(i)
+def time_cpu(fn: Callable[[int], object]) -> Dict[str, float]:
+    """Host-clock median of fn(i) on the CPU, 3 to 20 calls after one warm-up call."""
+    start = time.perf_counter()
+    fn(0)
+    iters = max(3, min(20, math.ceil(TOTAL_BUDGET_MS * 1e-3 * 5 / (time.perf_counter() - start))))
     samples = []
     for i in range(iters):
         start = time.perf_counter()
@@ -24,8 +34,20 @@ def time_cpu(fn: Callable[[int], object], iters: int = 20, warmup: int = 3) -> D
     return _summary(samples)
 
 
-def time_cuda_events(fn: Callable[[int], object], iters: int = 100, warmup: int = 10) -> Dict[str, float]:
+def probe_cuda_us(fn: Callable[[int], object]) -> float:
+    """Per-call time of one warmed-up call, with events: sizes the timed loops and screens out slow rows."""
+    fn(0)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(1)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def time_cuda_events(fn: Callable[[int], object], call_us: float, warmup: int = 5) -> Dict[str, float]:
     """Per-call CUDA-event times (launch overhead included), median and p90 after warm-up."""
+    iters = max(5, min(100, math.ceil(TOTAL_BUDGET_MS * 1e3 / call_us)))
     for i in range(warmup):
         fn(i)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
@@ -38,8 +60,10 @@ def time_cuda_events(fn: Callable[[int], object], iters: int = 100, warmup: int 
     return _summary([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)])
 
 
-def time_cuda_graph(fn: Callable[[int], object], calls: int = 50, replays: int = 20) -> Dict[str, float]:
-    """GPU time per call from replaying a graph of `calls` consecutive calls (launch gaps mostly removed)."""
+def time_cuda_graph(fn: Callable[[int], object], call_us: float) -> Dict[str, float]:
+    """GPU time per call from replaying a graph of consecutive calls (launch gaps mostly removed)."""
+    calls = max(1, min(50, math.ceil(GRAPH_BUDGET_MS * 1e3 / call_us)))
+    replays = max(5, min(20, math.ceil(TOTAL_BUDGET_MS * 1e3 / (calls * call_us))))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -59,4 +83,5 @@ def time_cuda_graph(fn: Callable[[int], object], calls: int = 50, replays: int =
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end) * 1e3 / calls)
-    return _summary(samples)
+    del graph
+    return {**_summary(samples), "calls_per_graph": calls}

@@ -1,0 +1,43 @@
+"""The benchmark CLI runs end to end (CPU everywhere, GPU when there is one) and writes what it promises."""
+
+import json
+
+import pytest
+
+from conftest import requires_cuda
+from sdpa_ext import bench
+
+
+def test_parse_shape_rejects_bad_input():
+    assert bench.parse_shape("1,8,512,64") == (1, 8, 512, 64)
+    for bad in ("1,8,512", "1,8,x,64", "1,0,4,64"):
+        with pytest.raises(Exception, match="B,H,S,D"):
+            bench.parse_shape(bad)
+
+
+def run_bench(tmp_path, *args):
+    path = tmp_path / "bench.json"
+    assert bench.main([*args, "--shape", "1,2,64,64", "--json", str(path)]) == 0
+    return json.loads(path.read_text())
+
+
+def test_cpu_run_writes_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    report = run_bench(tmp_path, "--causal")
+    assert report["device"] == "cpu" and report["torch"] and report["commit"]
+    rows = {r["name"]: r for r in report["results"][0]["rows"]}
+    assert {"sdpa_ext[auto]", "sdpa_ext quantize q,k,v", "sdpa_ext end-to-end", "torch sdpa math"} <= set(rows)
+    assert rows["sdpa_ext[auto]"]["cosine"] > 0.99 and rows["torch sdpa math"]["vs_best_sdpa"] == 1.0
+    assert "| sdpa_ext[auto] |" in capsys.readouterr().out
+
+
+@requires_cuda
+def test_gpu_run_times_every_backend_and_plots(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed: no plot to check")
+    plot = tmp_path / "plot.png"
+    report = run_bench(tmp_path, "--variant", "auto", "--variant", "scalar", "--dtype", "bf16", "--plot", str(plot))
+    rows = {r["name"]: r for r in report["results"][0]["rows"]}
+    assert {"sdpa_ext[auto]", "sdpa_ext[scalar]", "torch sdpa math"} <= set(rows)
+    for row in rows.values():
+        assert row["graph"]["median_us"] > 0 and row["events"]["p90_us"] >= row["events"]["median_us"]
+    assert plot.stat().st_size > 0
