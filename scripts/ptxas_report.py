@@ -3,7 +3,8 @@
 
     python scripts/ptxas_report.py [--arch sm_89 --arch sm_90]
 
-Prints registers, static shared memory, stack frame and spills for every kernel instantiation and arch.
+Prints registers, static shared memory, stack frame and spills for every kernel instantiation and arch, and the
+dynamic shared memory each variant launches with (from scripts/smem_sizes.cu, run on the host).
 tests/test_ptxas.py runs the same compile in CI and fails on any spill or on more than 255 registers.
 """
 
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +89,26 @@ def collect(archs=DEFAULT_ARCHS, nvcc=None, jobs=2):
     return kernels
 
 
+def dynamic_smem(nvcc):
+    """{(variant, head_dim): bytes} of dynamic shared memory, from scripts/smem_sizes.cu run on the host."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "smem_sizes"
+        build = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", str(Path(__file__).parent / "smem_sizes.cu"),
+                 "-o", str(exe)]
+        subprocess.run(build, check=True, capture_output=True, text=True)
+        lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split("\n")
+    return {(name, int(d)): int(b) for name, d, b in (line.split() for line in lines if line)}
+
+
+def format_smem(sizes, limit_bytes=99 * 1024):
+    rows = ["| variant | D=64 dynamic smem (B) | D=128 dynamic smem (B) |", "|---|---|---|"]
+    for name in dict.fromkeys(n for n, _ in sizes):
+        cells = [f"{sizes[(name, d)]}" + (" (over sm_89's 99 KB)" if sizes[(name, d)] > limit_bytes else "")
+                 for d in (64, 128)]
+        rows.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(rows)
+
+
 def format_table(kernels):
     rows = ["| arch | kernel | registers | smem (B) | stack (B) | spill st/ld (B) |", "|---|---|---|---|---|---|"]
     for k in sorted(kernels, key=lambda k: (k.arch, k.kernel)):
@@ -102,6 +124,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kernels = collect(tuple(args.arch or DEFAULT_ARCHS), jobs=args.jobs)
     print(format_table(kernels))
+    print()
+    print(format_smem(dynamic_smem(find_nvcc())))
     bad = [k for k in kernels if k.spill_store_bytes or k.spill_load_bytes or k.registers > 255]
     if bad:
         print(f"{len(bad)} kernel(s) spill or use more than 255 registers", file=sys.stderr)

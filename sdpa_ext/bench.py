@@ -184,8 +184,9 @@ def plot(results, path):
         print("--plot: matplotlib is not installed; no plot written", file=sys.stderr)
         return
     panels = sorted({(r["shape"][3], r["causal"], r["dtype"]) for r in results})
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(9.5 * len(panels), 5), squeeze=False)
     for ax, (head_dim, causal, dtype) in zip(axes[0], panels):
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # one distinct color per row
         series = {}
         for result in results:
             if (result["shape"][3], result["causal"], result["dtype"]) != (head_dim, causal, dtype):
@@ -199,7 +200,7 @@ def plot(results, path):
         ax.set(xscale="log", xlabel="sequence length", ylabel="TFLOP/s",
                title=f"D={head_dim} {'causal' if causal else 'non-causal'} {dtype}")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -32,3 +32,12 @@ def test_no_spills_and_register_budget(kernels):
     for k in kernels:
         assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0, f"{k.kernel} spills on {k.arch}"
         assert k.registers <= 255, f"{k.kernel} uses {k.registers} registers on {k.arch}"
+
+
+def test_dynamic_smem_fits_every_target():
+    import sdpa_ext
+
+    sizes = ptxas_report.dynamic_smem(ptxas_report.find_nvcc())
+    assert {name for name, _ in sizes} == set(sdpa_ext.variant_names())
+    # sm_89 allows 99 KB of shared memory per block (sm_80: 163 KB, sm_90: 227 KB).
+    assert max(sizes.values()) <= 99 * 1024, sizes

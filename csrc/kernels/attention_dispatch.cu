@@ -33,6 +33,22 @@ bool rows_aligned(const uint8_t* base, int64_t batch_stride, int64_t head_stride
          row_stride % 16 == 0;
 }
 
+// Fastest full-tier variant by head dim and key length, from `python -m sdpa_ext.bench --preset sweep [--causal]`
+// (1x16xSxD, fp16 inputs) on an H200, 2026-11-21, commit eb21412 (benchmarks/results/h200-2026-11-21.md);
+// applied to every arch until other GPUs are measured.
+//   D = 64:  warp_spec+2producers+swizzle wins while the key loop is short: 14.0 vs 16.8 us (fused_softmax+swizzle)
+//            at S = 512, 35.9 vs 40.8 us at 1024, and causal up to 4096 (311.8 vs 328.6 us), where a block has
+//            few tiles and the producer warps hide their latency; from 2048 (causal 8192) fused_softmax+swizzle is
+//            within 1% or ahead (1803 vs 1832 us at 8192).
+//   D = 128: pipe3+swizzle is fastest or within 1% at every S, causal or not (801.7 vs 804.7 us at 4096); the
+//            warp-specialized kernels fall behind (1077 us): ncu at 1x16x4096x128 shows 186 registers per
+//            thread, 9.3% achieved occupancy (one 6-warp block per SM) and the tensor pipe active 20% of cycles.
+const char* auto_variant_name(const AttentionParams& p) {
+  if (p.head_dim == 128) return "pipe3+swizzle";
+  const int short_keys = p.is_causal ? 4096 : 1024;
+  return p.seqlen_k <= short_keys ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
+}
+
 }  // namespace
 
 int attention_variant_count() { return kVariantCount; }
@@ -56,7 +72,7 @@ bool attention_variant_runs_on(int variant, const AttentionParams& p) {
 }
 
 int auto_attention_variant(const AttentionParams& p, int) {
-  const int fastest = find_attention_variant("fused_softmax+swizzle");
+  const int fastest = find_attention_variant(auto_variant_name(p));
   return attention_variant_runs_on(fastest, p) ? fastest : find_attention_variant("scalar");
 }
 

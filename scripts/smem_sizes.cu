@@ -1,0 +1,40 @@
+// Prints the dynamic shared memory each variant launches with, per head dim: "<variant> <head_dim> <bytes>".
+// Host code only (no kernel is instantiated or launched), so it runs on a machine without a GPU;
+// scripts/ptxas_report.py compiles and runs it beside the ptxas pass, which sees only static shared memory.
+#include <cstdio>
+
+#include "../csrc/kernels/attention_mma.cuh"
+#include "../csrc/kernels/attention_scalar.cuh"
+#include "../csrc/kernels/attention_wmma.cuh"
+
+namespace {
+
+template <int kHeadDim>
+void print_sizes() {
+  using namespace sdpa;
+  const struct {
+    const char* name;
+    int bytes;
+  } sizes[] = {
+      {"scalar", ScalarSmem<kHeadDim, 0>::kBytes},
+      {"cp_async", ScalarSmem<kHeadDim, 2>::kBytes},
+      {"wmma", WmmaConfig<kHeadDim>::kSmemBytes},
+      {"fused_softmax", MmaConfig<kHeadDim, 2, false, 0>::kSmemBytes},
+      {"fused_softmax+swizzle", MmaConfig<kHeadDim, 2, true, 0>::kSmemBytes},
+      {"pipe3", MmaConfig<kHeadDim, 3, false, 0>::kSmemBytes},
+      {"pipe3+swizzle", MmaConfig<kHeadDim, 3, true, 0>::kSmemBytes},
+      {"warp_spec", MmaConfig<kHeadDim, 2, false, 1>::kSmemBytes},
+      {"warp_spec+swizzle", MmaConfig<kHeadDim, 2, true, 1>::kSmemBytes},
+      {"warp_spec+2producers", MmaConfig<kHeadDim, 2, false, 2>::kSmemBytes},
+      {"warp_spec+2producers+swizzle", MmaConfig<kHeadDim, 2, true, 2>::kSmemBytes},
+  };
+  for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
+}
+
+}  // namespace
+
+int main() {
+  print_sizes<64>();
+  print_sizes<128>();
+  return 0;
+}
