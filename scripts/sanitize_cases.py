@@ -19,13 +19,13 @@ def main():
         q8, qs = sdpa_ext.quantize_fp8(q)
         k8, ks = sdpa_ext.quantize_fp8(k.transpose(1, 2).contiguous().transpose(1, 2))
         v8, vs = sdpa_ext.quantize_fp8(v.bfloat16(), torch.ones(b, hkv, device="cuda"))
-        for variant in sdpa_ext.variant_names():
+        for variant in sdpa_ext.variant_names(sdpa_ext.device_arch()):
             for out_dtype in (torch.float16, torch.bfloat16):
                 out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, out_dtype=out_dtype,
                                               variant=variant)
                 assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d)
     torch.cuda.synchronize()
-    print(f"ran {len(CASES)} shapes x {len(sdpa_ext.variant_names())} variants x 2 output dtypes")
+    print(f"ran {len(CASES)} shapes x {len(sdpa_ext.variant_names(sdpa_ext.device_arch()))} variants x 2 output dtypes")
 
 
 if __name__ == "__main__":

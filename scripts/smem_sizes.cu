@@ -3,6 +3,7 @@
 // scripts/ptxas_report.py compiles and runs it beside the ptxas pass, which sees only static shared memory.
 #include <cstdio>
 
+#include "../csrc/kernels/attention_fp8.cuh"
 #include "../csrc/kernels/attention_mma.cuh"
 #include "../csrc/kernels/attention_scalar.cuh"
 #include "../csrc/kernels/attention_wmma.cuh"
@@ -27,6 +28,9 @@ void print_sizes() {
       {"warp_spec+swizzle", MmaConfig<kHeadDim, 2, true, 1>::kSmemBytes},
       {"warp_spec+2producers", MmaConfig<kHeadDim, 2, false, 2>::kSmemBytes},
       {"warp_spec+2producers+swizzle", MmaConfig<kHeadDim, 2, true, 2>::kSmemBytes},
+      {"fp8_mma", Fp8Config<kHeadDim, 4, 2>::kSmemBytes},
+      {"fp8_mma_m32", Fp8Config<kHeadDim, 2, 2>::kSmemBytes},
+      {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
 }

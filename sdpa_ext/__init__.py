@@ -4,11 +4,12 @@ from sdpa_ext.attention import scaled_dot_product_attention
 from sdpa_ext.ops import fp8_forward, fp8_forward_into
 from sdpa_ext.quant import dequantize_fp8, quantize_fp8
 from sdpa_ext import variants as variants_module
-from sdpa_ext.variants import Variant, variant_names, variants
+from sdpa_ext.variants import Variant, device_arch, variant_names, variants
 
 __all__ = [
     "Variant",
     "dequantize_fp8",
+    "device_arch",
     "fp8_forward",
     "fp8_forward_into",
     "quantize_fp8",

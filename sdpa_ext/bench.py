@@ -230,7 +230,7 @@ def main(argv=None):
 
     cuda = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("sdpa::fp8_forward", "CUDA")
     device = "cuda" if cuda else "cpu"
-    variants = args.variant or (["auto", *sdpa_ext.variant_names()] if cuda else ["auto"])
+    variants = args.variant or (["auto", *sdpa_ext.variant_names(sdpa_ext.device_arch())] if cuda else ["auto"])
     shapes = (args.shape or []) + (PRESETS[args.preset] if args.preset else [])
     shapes = shapes or PRESETS["mission"]
     env = environment(device)

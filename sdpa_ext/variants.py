@@ -6,9 +6,10 @@ A variant is selected by name, optionally with toggles joined by '+', in any ord
 
 import itertools
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 ALL_ARCHS = ("sm_80", "sm_89", "sm_90")
+FP8_ARCHS = ("sm_89", "sm_90")  # FP8 mma.sync
 HEAD_DIMS = (64, 128)
 
 
@@ -44,6 +45,13 @@ _VARIANTS = (
     Variant("warp_spec", 5, "full", ("2producers", "swizzle"), "one (or with 2producers two) producer warps load "
             "and decode K/V into a 2-stage ring, four consumer warps compute; named-barrier handoff",
             aligned_rows=True),
+    Variant("fp8_mma", 6, "full", (), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T, V decoded in "
+            "registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; 64-row query tiles",
+            archs=FP8_ARCHS, aligned_rows=True),
+    Variant("fp8_mma_m32", 6, "full", (), "fp8_mma with 32-row query tiles (2 warps): twice the blocks for small "
+            "batches", archs=FP8_ARCHS, aligned_rows=True),
+    Variant("fp8_mma_m16", 6, "full", (), "fp8_mma with 16-row query tiles (1 warp): four times the blocks",
+            archs=FP8_ARCHS, aligned_rows=True),
 )
 
 TOGGLE_DESCRIPTIONS = {
@@ -57,6 +65,15 @@ def variants() -> List[Variant]:
     return list(_VARIANTS)
 
 
-def variant_names() -> List[str]:
-    """Every built variant name, toggle combinations included, in ladder order."""
-    return [name for v in _VARIANTS for name in v.builds()]
+def variant_names(arch: Optional[str] = None) -> List[str]:
+    """Every built variant name, toggle combinations included, in ladder order; only those that run on `arch`
+    (e.g. "sm_90") when it is given."""
+    return [name for v in _VARIANTS if arch is None or arch in v.archs for name in v.builds()]
+
+
+def device_arch(device=None) -> str:
+    """The "sm_XY" name of a CUDA device."""
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm_{major}{minor}"

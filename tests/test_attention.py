@@ -23,7 +23,7 @@ LSE_RTOL = 2.0**-20
 
 
 def variants_for(device):
-    return ["auto"] if device == "cpu" else ["auto", *sdpa_ext.variant_names()]
+    return ["auto"] if device == "cpu" else ["auto", *sdpa_ext.variant_names(sdpa_ext.device_arch())]
 
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)

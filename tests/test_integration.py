@@ -80,7 +80,7 @@ def test_variants_listing():
     assert [v.stage for v in listed] == sorted(v.stage for v in listed)
     for v in listed:
         assert v.tier in ("full", "fast") and v.description and set(v.head_dims) >= {64, 128}
-        assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"}
+        assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"} and v.archs
         assert v.name in names and all(f"{v.name}+{t}" in names for t in v.toggles)
         assert all(t in sdpa_ext.variants_module.TOGGLE_DESCRIPTIONS for t in v.toggles)
 
@@ -92,6 +92,16 @@ def test_built_variants_match_the_python_list():
         sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="nope")
     built = str(error.value).split("valid variants: auto, ")[1].split("\n")[0].split(", ")
     assert sorted(built) == sorted(sdpa_ext.variant_names())
+
+
+@requires_cuda
+def test_variants_refuse_older_archs():
+    q8, qs, k8, ks, v8, vs = quantized("cuda")
+    arch = sdpa_ext.device_arch()
+    for v in sdpa_ext.variants():
+        if arch not in v.archs:
+            with pytest.raises(RuntimeError, match=f"variant '{v.name}' needs sm_"):
+                sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=v.name)
 
 
 @requires_cuda
@@ -112,7 +122,7 @@ def test_unaligned_rows_fall_back_or_explain():
     shifted.copy_(k8.view(torch.uint8))
     expected = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="scalar")
     assert torch.equal(sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs)[0], expected[0])  # auto falls back
-    unaligned = [v.name for v in sdpa_ext.variants() if v.aligned_rows]
+    unaligned = [v.name for v in sdpa_ext.variants() if v.aligned_rows and sdpa_ext.device_arch() in v.archs]
     for name in unaligned:
         with pytest.raises(RuntimeError, match=f"variant '{name}' needs q, k and v rows aligned to 16 bytes"):
             sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs, variant=name)

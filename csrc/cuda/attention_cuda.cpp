@@ -64,14 +64,15 @@ std::string canonical_variant(c10::string_view variant) {
 }
 
 int resolve_variant(c10::string_view variant, const AttentionParams& p, const at::Tensor& q) {
-  if (variant == "auto") {
-    const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
-    return auto_attention_variant(p, prop->major * 10 + prop->minor);
-  }
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+  const int sm = prop->major * 10 + prop->minor;
+  if (variant == "auto") return auto_attention_variant(p, sm);
   const int index = find_attention_variant(canonical_variant(variant).c_str());
   TORCH_CHECK(index >= 0, "variant '", variant, "' is unknown or that toggle combination is not built; valid variants: ",
               variant_list());
-  TORCH_CHECK(attention_variant_runs_on(index, p), "variant '", variant,
+  TORCH_CHECK(sm >= attention_variant_min_sm(index), "variant '", variant, "' needs sm_",
+              attention_variant_min_sm(index), " or newer; this GPU is sm_", sm);
+  TORCH_CHECK(attention_variant_aligned(index, p), "variant '", variant,
               "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
               "bytes); use variant='auto' or 'scalar' for these inputs");
   return index;

@@ -11,20 +11,24 @@ struct VariantEntry {
   const char* name;  // base name, then toggles in sorted order, joined by '+'
   AttentionLauncher launch;
   bool needs_aligned_rows;  // 16-byte loads (cp.async or vector loads) of q, k and v rows
+  int min_sm;               // FP8 mma.sync needs sm_89
 };
 
 constexpr VariantEntry kVariants[] = {
-    {"scalar", &launch_scalar, false},
-    {"cp_async", &launch_cp_async, true},
-    {"wmma", &launch_wmma, false},
-    {"fused_softmax", &launch_fused_softmax, true},
-    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true},
-    {"pipe3", &launch_pipe3, true},
-    {"pipe3+swizzle", &launch_pipe3_swizzle, true},
-    {"warp_spec", &launch_warp_spec, true},
-    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true},
-    {"warp_spec+2producers", &launch_warp_spec_2producers, true},
-    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true},
+    {"scalar", &launch_scalar, false, 80},
+    {"cp_async", &launch_cp_async, true, 80},
+    {"wmma", &launch_wmma, false, 80},
+    {"fused_softmax", &launch_fused_softmax, true, 80},
+    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80},
+    {"pipe3", &launch_pipe3, true, 80},
+    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80},
+    {"warp_spec", &launch_warp_spec, true, 80},
+    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80},
+    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80},
+    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80},
+    {"fp8_mma", &launch_fp8_mma, true, 89},
+    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89},
+    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -64,16 +68,20 @@ int find_attention_variant(const char* name) {
   return -1;
 }
 
-bool attention_variant_runs_on(int variant, const AttentionParams& p) {
+int attention_variant_min_sm(int variant) { return kVariants[variant].min_sm; }
+
+bool attention_variant_aligned(int variant, const AttentionParams& p) {
   return !kVariants[variant].needs_aligned_rows ||
          (rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
           rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
           rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
 }
 
-int auto_attention_variant(const AttentionParams& p, int) {
+int auto_attention_variant(const AttentionParams& p, int sm) {
   const int fastest = find_attention_variant(auto_variant_name(p));
-  return attention_variant_runs_on(fastest, p) ? fastest : find_attention_variant("scalar");
+  return attention_variant_aligned(fastest, p) && sm >= attention_variant_min_sm(fastest)
+             ? fastest
+             : find_attention_variant("scalar");
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

@@ -13,6 +13,7 @@
 
 #include "attention_common.cuh"
 #include "ptx.cuh"
+#include "fragment_softmax.cuh"
 #include "tile_rows.cuh"
 
 namespace sdpa {
@@ -99,43 +100,12 @@ struct WarpAttention {
         mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    // Scale to log2 units, mask, and fold the tile into the running softmax of each of the two rows.
-    float offset[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int key = key0 + nt * 8 + 2 * (lane % 4) + j;
-          const bool visible = key < p.seqlen_k && (!p.is_causal || key <= row[r]);
-          float& x = s[nt][2 * r + j];
-          x = visible ? x * score_scale : -INFINITY;
-          tile_max = fmaxf(tile_max, x);
-        }
-      }
-      const float correction = softmax[r].rescale(group_max<4>(tile_max), &offset[r]);
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        o[dt][2 * r] *= correction;
-        o[dt][2 * r + 1] *= correction;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        s[nt][i] = exp2f(s[nt][i] - offset[i / 2]);
-        softmax[i / 2].sum += s[nt][i];
-      }
-    }
+    online_softmax_tile(s, o, softmax, row, key0, score_scale, p, lane);
     // O += P V: the S accumulators of n-tiles 2kt, 2kt + 1 are exactly the A fragment of keys [16kt, 16kt + 16).
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
-      const uint32_t a[4] = {pack_half2(s[2 * kt][0], s[2 * kt][1]), pack_half2(s[2 * kt][2], s[2 * kt][3]),
-                             pack_half2(s[2 * kt + 1][0], s[2 * kt + 1][1]),
-                             pack_half2(s[2 * kt + 1][2], s[2 * kt + 1][3])};
+      uint32_t a[4];
+      p_fragment(a, s, kt);
 #pragma unroll
       for (int dt = 0; dt < kD / 16; ++dt) {
         uint32_t b[4];
@@ -195,7 +165,7 @@ __device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned 
     __syncthreads();  // tile's codes are visible to all; everyone is done with the previous fp16 tiles
     const uint8_t* stage = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileCodes;
     for (int ch = threadIdx.x; ch < Cfg::Rows::kChunks; ch += Cfg::kThreads) {
-      const int row = k_rows.row(ch), col = k_rows.col(ch), at = k_rows.offset(ch);
+      const int row = k_rows.row(ch), col = k_rows.col(ch), at = DenseCodeLayout<Cfg::kHeadDim>::offset(row, col);
       store_decoded_16<Layout>(k_tile, row, col, *reinterpret_cast<const uint4*>(stage + at));
       store_decoded_16<Layout>(v_tile, row, col, *reinterpret_cast<const uint4*>(stage + Cfg::kTileCodes + at));
     }

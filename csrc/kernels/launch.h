@@ -13,8 +13,10 @@ int attention_variant_count();
 const char* attention_variant_name(int index);
 // Index of a variant name, or -1 when no variant has that name.
 int find_attention_variant(const char* name);
-// Whether a variant can run on these inputs (some need 16-byte aligned q/k/v rows).
-bool attention_variant_runs_on(int variant, const AttentionParams& params);
+// Whether a variant can read these inputs (some need 16-byte aligned q/k/v rows).
+bool attention_variant_aligned(int variant, const AttentionParams& params);
+// The oldest compute capability (e.g. 89) a variant runs on.
+int attention_variant_min_sm(int variant);
 // The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90).
 int auto_attention_variant(const AttentionParams& params, int sm);
 

@@ -64,4 +64,27 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+// D = A B + D for one 16x8x32 tile of E4M3 codes (sm_89 and later): A 4 regs, B 2 regs of 4 codes each.
+// Products of E4M3 values are exact and accumulate in fp32. A and B registers with the same index and lane hold
+// the same k positions, so any consistent assignment of k to bytes gives the same dot products.
+__device__ __forceinline__ void mma_16x8x32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the host never launches FP8 variants below sm_89
+#endif
+}
+
+// Four 8x8 b16 matrices, transposed, from shared memory: two of them per 16 keys x 16 dims of V codes.
+// Each register then holds codes (key 2c, dims 2g, 2g + 1) and (key 2c + 1, same dims) with c = lane % 4,
+// g = lane / 4; `split_key_pairs` turns it into the fp16 B fragments of dims 2g and 2g + 1.
+__device__ __forceinline__ void split_key_pairs(uint32_t codes, uint32_t* even_dim, uint32_t* odd_dim) {
+  *even_dim = e4m3x2_to_half2(static_cast<uint16_t>(__byte_perm(codes, 0, 0x20)));
+  *odd_dim = e4m3x2_to_half2(static_cast<uint16_t>(__byte_perm(codes, 0, 0x31)));
+}
+
 }  // namespace sdpa

@@ -17,18 +17,38 @@ struct TileRows {
 
   __device__ int row(int chunk) const { return chunk / kChunksPerRow; }
   __device__ int col(int chunk) const { return chunk % kChunksPerRow * 16; }
-  __device__ int offset(int chunk) const { return chunk * 16; }  // in a dense [kRows][kCols] tile
   __device__ bool valid(int chunk) const { return key0 + row(chunk) < seqlen; }
   __device__ const uint8_t* src(int chunk) const {
     return valid(chunk) ? head + (key0 + row(chunk)) * row_stride + col(chunk) : head;
   }
 };
 
-// Starts cp.async copies of the tile into a dense [kRows][kCols] code buffer; rows past seqlen become 0.
-template <int kRows, int kCols>
+// A dense [rows][kCols] code buffer.
+template <int kCols>
+struct DenseCodeLayout {
+  __device__ static int offset(int row, int col) { return row * kCols + col; }
+};
+
+// A [rows][kCols] code buffer whose 16-byte chunks are XOR-swizzled so that the 8 rows an ldmatrix phase reads
+// at one chunk column land in 8 different bank groups (128-byte rows: chunk ^ row % 8; 64-byte rows:
+// chunk ^ (row / 2) % 4).
+template <int kCols>
+struct SwizzledCodeLayout {
+  static constexpr int kChunks = kCols / 16;
+  static_assert(kChunks == 4 || kChunks == 8, "64- or 128-byte rows");
+  __device__ static int offset(int row, int col) {
+    return row * kCols + ((col / 16) ^ (row * kChunks / 8 % kChunks)) * 16 + col % 16;
+  }
+};
+
+// Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0.
+template <int kRows, int kCols, class Layout = DenseCodeLayout<kCols>>
 __device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int threads) {
+  // Not unrolled: unrolling hoists one 64-bit source address per chunk out of the key loop, and ptxas then
+  // spills them (fp8_mma at D = 128, nvcc 13.0); cp.async does not wait, so the loop costs only its few ALU ops.
+#pragma unroll 1
   for (int ch = threadIdx.x; ch < TileRows<kRows, kCols>::kChunks; ch += threads) {
-    cp_async_16(dst + rows.offset(ch), rows.src(ch), rows.valid(ch));
+    cp_async_16(dst + Layout::offset(rows.row(ch), rows.col(ch)), rows.src(ch), rows.valid(ch));
   }
 }
 

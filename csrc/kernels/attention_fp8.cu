@@ -1,0 +1,16 @@
+// The native-FP8 variants: 64-, 32- and 16-row query tiles (4, 2 and 1 warps per block).
+#include "attention_fp8.cuh"
+#include "variant_launch.cuh"
+#include "variant_launchers.h"
+
+namespace sdpa {
+
+cudaError_t launch_fp8_mma(const AttentionParams& p, cudaStream_t s) { return launch_variant<Fp8Variant<4, 2>>(p, s); }
+cudaError_t launch_fp8_mma_m32(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<Fp8Variant<2, 2>>(p, s);
+}
+cudaError_t launch_fp8_mma_m16(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<Fp8Variant<1, 2>>(p, s);
+}
+
+}  // namespace sdpa

@@ -1,0 +1,177 @@
+// The native-FP8 variants (`fp8_mma`, sm_89 and later): no decode pass through shared memory at all.
+//
+// K and V tiles arrive as raw E4M3 codes through a cp.async ring into XOR-swizzled shared memory. Per tile a warp
+// (16 query rows) does
+//   S = Q K^T     mma.sync m16n8k32 e4m3 straight on the codes: Q fragments from global memory once, K via
+//                 ldmatrix (a row of 16 codes is one b16 row of 8 elements, exactly the B fragment bytes)
+//   softmax       in registers (fragment_softmax.cuh), P in fp16: the "full" precision tier
+//   O += P V      mma.sync m16n8k16 fp16; V via ldmatrix.trans on the codes, whose registers hold two keys of
+//                 two dims each: a byte permute and one cvt per pair give the B fragments of an even-dim and an
+//                 odd-dim n-tile, so O's n-tiles come in (even, odd) pairs that interleave in the epilogue.
+// kWarps sets the query tile (16 rows per warp): fewer rows per block mean more blocks for small batches.
+#pragma once
+
+#include "attention_common.cuh"
+#include "fragment_softmax.cuh"
+#include "ptx.cuh"
+#include "tile_rows.cuh"
+
+namespace sdpa {
+
+template <int kHeadDim_, int kWarps_, int kStages_>
+struct Fp8Config {
+  static constexpr int kHeadDim = kHeadDim_, kWarps = kWarps_, kStages = kStages_;
+  // 64-key tiles at D = 64; at D = 128 the 64 O accumulators leave room only for 32 keys of S (64 keys need
+  // more than 255 registers and spill).
+  static constexpr int kBlockM = 16 * kWarps, kBlockN = kHeadDim == 64 ? 64 : 32, kThreads = 32 * kWarps;
+  static constexpr int kTileBytes = kBlockN * kHeadDim;
+  static constexpr int kSmemBytes = kStages * 2 * kTileBytes;  // ring of [K codes, V codes]
+  using Rows = TileRows<kBlockN, kHeadDim>;
+  using Layout = SwizzledCodeLayout<kHeadDim>;
+};
+
+template <class Cfg>
+struct Fp8WarpAttention {
+  static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
+  uint32_t q[kD / 32][4];  // A fragments of Q codes: regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at +16
+  float o[kD / 8][4] = {};  // O n-tiles as (even dims, odd dims) pairs per 16-dim block
+  RowSoftmax softmax[2];
+  int row[2];
+  float score_scale;
+
+  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
+        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) : 0u;
+      }
+    }
+  }
+
+  __device__ void consume(const uint8_t* k_tile, const uint8_t* v_tile, int key0, const AttentionParams& p,
+                          int lane) {
+    using Layout = typename Cfg::Layout;
+    const int mat = lane / 8, mat_row = lane % 8;
+    float s[kN / 8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < kD / 32; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 16; ++nt) {
+        uint32_t b[4];  // keys nt*16 + [0, 8) and [8, 16), dims ks*32 + [0, 16) and [16, 32)
+        ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 32 + (mat % 2) * 16));
+        mma_16x8x32_e4m3(s[2 * nt], q[ks], b[0], b[1]);
+        mma_16x8x32_e4m3(s[2 * nt + 1], q[ks], b[2], b[3]);
+      }
+    }
+    online_softmax_tile(s, o, softmax, row, key0, score_scale, p, lane);
+#pragma unroll
+    for (int kt = 0; kt < kN / 16; ++kt) {
+      uint32_t a[4];
+      p_fragment(a, s, kt);
+#pragma unroll
+      for (int db = 0; db < kD / 32; ++db) {
+        uint32_t v[4];  // keys kt*16 + [0, 8), [8, 16) for dims db*32 + [0, 16), then the same for [16, 32)
+        ldmatrix_x4_trans(v, v_tile + Layout::offset(kt * 16 + (mat % 2) * 8 + mat_row, db * 32 + (mat / 2) * 16));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t even[2], odd[2];
+          split_key_pairs(v[2 * h], &even[0], &odd[0]);
+          split_key_pairs(v[2 * h + 1], &even[1], &odd[1]);
+          const int block = 2 * db + h;  // 16-dim block
+          mma_16x8x16(o[2 * block], a, even[0], even[1]);
+          mma_16x8x16(o[2 * block + 1], a, odd[0], odd[1]);
+        }
+      }
+    }
+  }
+
+  // O n-tile pair (2b, 2b + 1) holds, for this lane, dims 16b + 4c + {0, 2} and 16b + 4c + {1, 3}.
+  template <typename OutT>
+  __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
+    const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      softmax[r].sum = group_sum<4>(softmax[r].sum);
+      if (row[r] >= p.seqlen_q) continue;
+      const float out_scale = v_scale / softmax[r].sum;
+      OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
+                  row[r] * p.out_row_stride;
+#pragma unroll
+      for (int block = 0; block < kD / 16; ++block) {
+        OutT* dims = out + block * 16 + 4 * (lane % 4);
+        dims[0] = from_float<OutT>(o[2 * block][2 * r] * out_scale);
+        dims[1] = from_float<OutT>(o[2 * block + 1][2 * r] * out_scale);
+        dims[2] = from_float<OutT>(o[2 * block][2 * r + 1] * out_scale);
+        dims[3] = from_float<OutT>(o[2 * block + 1][2 * r + 1] * out_scale);
+      }
+      if (lane % 4 == 0) {
+        p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
+            softmax[r].lse();
+      }
+    }
+  }
+};
+
+// Starts the cp.async copies of K/V tile `tile` into its ring slot (nothing past the last tile), then commits a
+// group either way so that the wait count stays uniform.
+template <class Cfg>
+__device__ __forceinline__ void issue_fp8_tile(uint8_t* ring, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows,
+                                               int tile, int tiles) {
+  if (tile < tiles) {
+    uint8_t* slot = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileBytes;
+    k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
+    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot, k_rows, Cfg::kThreads);
+    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot + Cfg::kTileBytes, v_rows, Cfg::kThreads);
+  }
+  cp_async_commit();
+}
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const AttentionParams p) {
+  extern __shared__ __align__(128) uint8_t ring[];  // [kStages][K codes, V codes], swizzled
+  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const HeadCoords c = head_coords(p, blocks_per_head);
+  const int row0 = c.tile * Cfg::kBlockM;
+  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
+                            p.seqlen_k};
+  const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
+                            p.seqlen_k};
+#pragma unroll
+  for (int t = 0; t < Cfg::kStages - 1; ++t) issue_fp8_tile<Cfg>(ring, k_rows, v_rows, t, tiles);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  Fp8WarpAttention<Cfg> w;
+  w.row[0] = row0 + warp * 16 + lane / 4;
+  w.row[1] = w.row[0] + 8;
+  w.score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                  p.softmax_scale * kLog2e;
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, lane);
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    __syncthreads();  // every warp is done with the slot the next issue overwrites
+    issue_fp8_tile<Cfg>(ring, k_rows, v_rows, tile + Cfg::kStages - 1, tiles);
+    cp_async_wait<Cfg::kStages - 1>();
+    __syncthreads();  // the tile's codes are visible to every warp
+    const uint8_t* slot = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileBytes;
+    w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);
+  }
+  // Recomputing the head coordinates here (a few integer ops) keeps them out of registers during the key loop;
+  // otherwise ptxas spills them (8 bytes of stack at 168 registers, seen with nvcc 13.0 for sm_90).
+  w.template finish<OutT>(p, head_coords(p, blocks_per_head), lane);
+}
+
+template <int kWarps, int kStages>
+struct Fp8Variant {
+  template <int kHeadDim, typename OutT>
+  static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
+    using Cfg = Fp8Config<kHeadDim, kWarps, kStages>;
+    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    return launch_with_smem(attention_fp8_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
+                            Cfg::kThreads, Cfg::kSmemBytes, p, stream);
+  }
+};
+
+}  // namespace sdpa
