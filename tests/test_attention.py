@@ -118,6 +118,18 @@ def test_bf16_output_and_custom_scale(device, out_dtype, record_error):
         check_kernel_error(out, lse, ref_out, ref_lse, record_error)
 
 
+@pytest.mark.parametrize("scale", [0.0, -0.3])
+def test_zero_and_negative_softmax_scale(device, scale, record_error):
+    # scale = 0 is uniform attention over the visible keys; a negative scale flips which keys dominate.
+    case = (1, 4, 2, 100, 130, 64, True)
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 9, device))
+    deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
+    ref_out, ref_lse = attention_float64(*deq, is_causal=True, scale=scale)
+    for variant in variants_for(device):
+        out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, True, scale, torch.float16, variant)
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+
+
 def special_inputs(kind, device):
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 4, 97, 64, generator=gen) for _ in range(3))

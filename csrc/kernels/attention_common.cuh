@@ -53,6 +53,13 @@ __device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int r
   return p.is_causal ? min(p.seqlen_k, row0 + rows) : p.seqlen_k;
 }
 
+// 2^x in one MUFU instruction (exp2f adds a range fix-up for results below 2^-126, which P never needs).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Online-softmax state of one query row, in log2 units: scores are pre-multiplied by scale * log2(e).
 struct RowSoftmax {
   float max = -INFINITY;

@@ -37,15 +37,17 @@ struct Fp8WarpAttention {
   float o[kD / 8][4] = {};  // O n-tiles as (even dims, odd dims) pairs per 16-dim block
   RowSoftmax softmax[2];
   int row[2];
-  float score_scale;
+  int first_row;      // the warp's first query row
+  float score_scale;  // see ScoreScale
 
-  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, int lane) {
+  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
+    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
-        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) : 0u;
+        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
       }
     }
   }
@@ -65,7 +67,8 @@ struct Fp8WarpAttention {
         mma_16x8x32_e4m3(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    online_softmax_tile(s, o, softmax, row, key0, score_scale, p, lane);
+    if (tile_needs_mask(p, key0, kN, first_row)) mask_tile(s, row, key0, p, lane);
+    online_softmax_tile(s, o, softmax, score_scale);
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
       uint32_t a[4];
@@ -144,11 +147,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   Fp8WarpAttention<Cfg> w;
-  w.row[0] = row0 + warp * 16 + lane / 4;
+  w.first_row = row0 + warp * 16;
+  w.row[0] = w.first_row + lane / 4;
   w.row[1] = w.row[0] + 8;
-  w.score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                  p.softmax_scale * kLog2e;
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, lane);
+  const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                         p.softmax_scale);
+  w.score_scale = scale.log2_units;
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, scale.flip_q,
+           lane);
 
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites

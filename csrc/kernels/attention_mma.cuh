@@ -70,17 +70,20 @@ struct WarpAttention {
   float o[kD / 8][4] = {};    // O accumulators (unnormalized, in V-code units)
   RowSoftmax softmax[2];      // rows g and g + 8; `sum` is this lane's partial sum until finish()
   int row[2];                 // query indices of rows g and g + 8
-  float score_scale;          // q_scale * k_scale * softmax_scale * log2(e)
+  int first_row;              // the warp's first query row
+  float score_scale;          // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
 
-  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, int lane) {
+  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
+    const uint32_t sign = flip_sign ? 0x80008000u : 0u;
     const int c = lane % 4;
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {  // a0a1: (g, 2c) a2a3: (g + 8, 2c) a4a5: (g, 2c + 8) a6a7: (g + 8, 2c + 8)
         const int r = row[i % 2], col = ks * 16 + (i / 2) * 8 + 2 * c;
-        q[ks][i] = r < seqlen_q ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col))
-                                : 0u;
+        q[ks][i] = r < seqlen_q
+                       ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col)) ^ sign
+                       : 0u;
       }
     }
   }
@@ -100,7 +103,8 @@ struct WarpAttention {
         mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    online_softmax_tile(s, o, softmax, row, key0, score_scale, p, lane);
+    if (tile_needs_mask(p, key0, kN, first_row)) mask_tile(s, row, key0, p, lane);
+    online_softmax_tile(s, o, softmax, score_scale);
     // O += P V: the S accumulators of n-tiles 2kt, 2kt + 1 are exactly the A fragment of keys [16kt, 16kt + 16).
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
@@ -215,8 +219,10 @@ __device__ __forceinline__ void consume_ring(WarpAttention<Cfg>& w, unsigned cha
   }
 }
 
+// minBlocksPerSM = 1 spelled out: with the default, ptxas caps the 160-thread warp_spec block at 128 registers
+// and spills (nvcc 13.0); with it, 152 registers and no spill.
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads) attention_mma_kernel(const AttentionParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const HeadCoords c = head_coords(p, blocks_per_head);
@@ -234,11 +240,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_mma_kernel(const Atte
     }
   }
   WarpAttention<Cfg> w;
-  w.row[0] = row0 + warp * 16 + lane / 4;
+  w.first_row = row0 + warp * 16;
+  w.row[0] = w.first_row + lane / 4;
   w.row[1] = w.row[0] + 8;
-  w.score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                  p.softmax_scale * kLog2e;
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, lane);
+  const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                         p.softmax_scale);
+  w.score_scale = scale.log2_units;
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, scale.flip_q,
+           lane);
   if constexpr (Cfg::kProducers > 0) {
     consume_ring<Cfg>(w, smem, tiles, p, lane);
   } else {

@@ -2,34 +2,57 @@
 // g = l / 4 and g + 8, columns 2 (l % 4) and 2 (l % 4) + 1 of every 8-key n-tile.
 #pragma once
 
+#include <cfloat>
+
 #include "attention_common.cuh"
 #include "ptx.cuh"
 
 namespace sdpa {
 
-// Scales a tile of raw scores to log2 units, masks keys past seqlen_k (and above the diagonal when causal),
-// folds the tile into the running max/sum of the lane's two rows, rescales the O accumulators, and leaves
-// P = exp2(S - max) in s. The row sums stay per lane until the epilogue reduces them over the quad.
+// The multiplier from raw q.k (in code units) to log2 units, made positive: when the product of the scales is
+// negative the caller flips the sign of its Q fragments instead (flip_q is set), so that the row max can be
+// taken on raw scores. A zero scale becomes FLT_MIN: every visible score then maps to ~0 (uniform attention)
+// while masked scores stay -inf instead of turning into NaN.
+struct ScoreScale {
+  float log2_units;
+  bool flip_q;
+  __device__ explicit ScoreScale(float product)
+      : log2_units(fmaxf(fabsf(product * kLog2e), FLT_MIN)), flip_q(product < 0.0f) {}
+};
+
+// Masks keys past seqlen_k (and above the diagonal when causal) of a tile of raw scores; only tiles that
+// straddle the end of the keys or the diagonal need it (`tile_needs_mask`).
+template <int kNTiles>
+__device__ __forceinline__ void mask_tile(float (&s)[kNTiles][4], const int (&row)[2], int key0,
+                                          const AttentionParams& p, int lane) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
+      if (key >= p.seqlen_k || (p.is_causal && key > row[i / 2])) s[nt][i] = -INFINITY;
+    }
+  }
+}
+
+// Whether any of a warp's 16 rows starting at first_row must mask part of the keys [key0, key0 + keys).
+__device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int key0, int keys, int first_row) {
+  return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 > first_row);
+}
+
+// Folds a tile of raw scores into the running max/sum of the lane's two rows, rescales the O accumulators, and
+// leaves P = exp2(S * scale - max) in s (one FFMA and one MUFU per score). The row sums stay per lane until the
+// epilogue reduces them over the quad.
 template <int kNTiles, int kOTiles>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[kNTiles][4], float (&o)[kOTiles][4],
-                                                    RowSoftmax (&softmax)[2], const int (&row)[2], int key0,
-                                                    float score_scale, const AttentionParams& p, int lane) {
+                                                    RowSoftmax (&softmax)[2], float scale) {
   float offset[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = -INFINITY;
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int key = key0 + nt * 8 + 2 * (lane % 4) + j;
-        const bool visible = key < p.seqlen_k && (!p.is_causal || key <= row[r]);
-        float& x = s[nt][2 * r + j];
-        x = visible ? x * score_scale : -INFINITY;
-        tile_max = fmaxf(tile_max, x);
-      }
-    }
-    const float correction = softmax[r].rescale(group_max<4>(tile_max), &offset[r]);
+    for (int nt = 0; nt < kNTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    const float correction = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
 #pragma unroll
     for (int dt = 0; dt < kOTiles; ++dt) {
       o[dt][2 * r] *= correction;
@@ -40,7 +63,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNTiles][4], floa
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      s[nt][i] = exp2f(s[nt][i] - offset[i / 2]);
+      s[nt][i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
       softmax[i / 2].sum += s[nt][i];
     }
   }
