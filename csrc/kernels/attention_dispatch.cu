@@ -38,21 +38,18 @@ bool rows_aligned(const uint8_t* base, int64_t batch_stride, int64_t head_stride
 }
 
 // Fastest full-tier variant by head dim and key length, from `python -m sdpa_ext.bench --preset sweep [--causal]`
-// (1x16xSxD, fp16 inputs) on an H200, 2026-11-21, commit eb21412 (benchmarks/results/h200-2026-11-21.md);
-// applied to every arch until other GPUs are measured.
-//   D = 64:  warp_spec+2producers+swizzle wins while the key loop is short: 14.0 vs 16.8 us (fused_softmax+swizzle)
-//            at S = 512, 35.9 vs 40.8 us at 1024, and causal up to 4096 (311.8 vs 328.6 us), where a block has
-//            few tiles and the producer warps hide their latency; from 2048 (causal 8192) fused_softmax+swizzle is
-//            within 1% or ahead (1803 vs 1832 us at 8192).
-//   D = 128: pipe3+swizzle is fastest or within 1% at every S, causal or not (801.7 vs 804.7 us at 4096); the
-//            warp-specialized kernels fall behind (1077 us): ncu at 1x16x4096x128 shows 186 registers per
-//            thread, 9.3% achieved occupancy (one 6-warp block per SM) and the tensor pipe active 20% of cycles.
+// (1x16xSxD, fp16 inputs, S = 512 ... 16384) plus 4x16x2048xD, on an H200, 2026-11-21, commit 5542243
+// (benchmarks/results/h200-2026-11-21-softmax.md); applied to every arch until other GPUs are measured.
+//   D = 64:  warp_spec+2producers+swizzle wins at every length, causal or not, by 10-25% (S = 8192: 1137 us
+//            against 1365 us for fused_softmax+swizzle; the mission shape 1x8x512x64: 9.5 against 13.1 us).
+//   D = 128: warp_spec+2producers+swizzle wins at the ends (S = 512: 21.0 vs 23.8 us; S = 8192: 2695 vs
+//            2816 us); from 1024 to 4096 keys fused_softmax+swizzle is best or within 4.2% (1024: 53.5 vs 65.6 us
+//            for warp_spec). fp8_mma is never more than 2.9% ahead (4x16x2048x128: 722.8 vs 743.6 us), so auto
+//            keeps to the variants that also run on sm_80.
 const char* auto_variant_name(const AttentionParams& p) {
-  if (p.head_dim == 128) return "pipe3+swizzle";
-  const int short_keys = p.is_causal ? 4096 : 1024;
-  return p.seqlen_k <= short_keys ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
+  const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
+  return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }
-
 }  // namespace
 
 int attention_variant_count() { return kVariantCount; }
