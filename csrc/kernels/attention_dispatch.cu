@@ -1,5 +1,4 @@
 // The variant table: every built name[+toggle...] with its launcher, and the choice behind variant="auto".
-#include <algorithm>
 #include <cstring>
 
 #include "launch.h"
@@ -84,7 +83,7 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 }
 
 // Split-KV only when the query tiles alone leave SMs idle: enough splits for about one block per SM, at most
-// one split per 64-key tile and at most kMaxKvSplits.
+// one split per 64-key tile and at most 8 (the combine reads every split of a row).
 int attention_kv_splits(int variant, const AttentionParams& p, int sm_count) {
   constexpr int kBlockM = 64, kBlockN = 64;  // the mma family's tiles
   if (!kVariants[variant].splits_keys) return 1;
@@ -92,7 +91,7 @@ int attention_kv_splits(int variant, const AttentionParams& p, int sm_count) {
   const int key_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
   if (blocks >= sm_count || key_tiles < 2) return 1;
   const int wanted = static_cast<int>((sm_count + blocks - 1) / blocks);
-  return std::min({wanted, key_tiles, kMaxKvSplits});
+  return wanted < key_tiles ? (wanted < 8 ? wanted : 8) : (key_tiles < 8 ? key_tiles : 8);
 }
 
 int attention_split_counters(const AttentionParams& p) {

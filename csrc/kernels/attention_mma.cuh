@@ -278,8 +278,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
     w.template finish<OutT>(p, c, lane);
   } else {
     w.write_partial(p, c, lane);
-    combine_splits<Cfg::kHeadDim, Cfg::kBlockM, Cfg::kConsumerThreads, OutT>(p, c, blocks_per_head, row0,
-                                                                             kSplitBarrier);
+    combine_splits<Cfg::kHeadDim, Cfg::kBlockM, OutT>(p, c, blocks_per_head, row0, Cfg::kConsumerThreads,
+                                                      kSplitBarrier);
   }
 }
 

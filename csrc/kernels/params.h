@@ -7,9 +7,6 @@ namespace sdpa {
 
 enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
 
-// Most blocks that may share one query tile's keys (split-KV); the combine reads every split of a row.
-constexpr int kMaxKvSplits = 8;
-
 // One attention call. Strides are in elements (one byte for E4M3 codes); the last dim is contiguous.
 struct AttentionParams {
   const uint8_t* q;  // [B, Hq, Sq, D] E4M3 codes

@@ -34,79 +34,43 @@ __device__ __forceinline__ float& split_lse_row(const AttentionParams& p, const 
   return p.split_lse[split * rows + split_row_index(p, c, row)];
 }
 
-// Called by the kThreads threads that wrote this block's partials (named barrier `barrier`): if this block is the
-// last split of its query tile to finish, combines every split of rows [row0, row0 + kRows) into out and lse.
-// The per-row weights go to shared memory first; then every thread owns a fixed set of 4-dim groups, so the loop
-// has a compile-time trip count and all its partial loads can be in flight at once (a loop over a run-time
-// count made one L2 round trip per element: 37 us instead of 9.5 at 1x8x512x64 on an H200).
-template <int kD, int kRows, int kThreads, typename OutT>
+// Called by the `threads` threads that wrote this block's partials (named barrier `barrier`): if this block is
+// the last split of its query tile to finish, combines every split of rows [row0, row0 + kRows) into out and lse.
+template <int kD, int kRows, typename OutT>
 __device__ __forceinline__ void combine_splits(const AttentionParams& p, const HeadCoords& c, int blocks_per_head,
-                                               int row0, int barrier) {
-  static_assert(kRows <= kThreads && (kRows * kD / 4) % kThreads == 0, "one row per thread, whole float4 groups");
+                                               int row0, int threads, int barrier) {
   __shared__ int is_last;
-  __shared__ float weights[kRows][kMaxKvSplits];  // w_s / sum_s w_s * v_scale
   __threadfence();  // this thread's partials are visible before the counter moves
-  barrier_sync(barrier, kThreads);
+  barrier_sync(barrier, threads);
   if (threadIdx.x == 0) {
     int* counter = p.split_counters + (c.batch * p.heads_q + c.head_q) * blocks_per_head + c.tile;
     is_last = atomicAdd(counter, 1) == p.kv_splits - 1;
   }
-  barrier_sync(barrier, kThreads);
+  barrier_sync(barrier, threads);
   if (!is_last) return;
   __threadfence();  // order the reads of the other splits' partials after the counter
 
+  const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-  if (threadIdx.x < kRows && row0 + threadIdx.x < p.seqlen_q) {
-    const int row = row0 + threadIdx.x;
-    const int64_t index = split_row_index(p, c, row);
-    float lse[kMaxKvSplits];
-    float max = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxKvSplits; ++s) {
-      lse[s] = s < p.kv_splits ? p.split_lse[s * rows + index] : -INFINITY;
-      max = fmaxf(max, lse[s]);
-    }
-    float sum = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxKvSplits; ++s) {
-      lse[s] = exp2f(lse[s] - max);  // 0 for a split that saw no visible key
-      sum += lse[s];
-    }
-    const float scale = p.v_scale[c.batch * p.heads_kv + c.head_kv] / sum;
-#pragma unroll
-    for (int s = 0; s < kMaxKvSplits; ++s) weights[threadIdx.x][s] = lse[s] * scale;
-    p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row * p.lse_row_stride] =
-        (max + log2f(sum)) * kLn2;
-  }
-  barrier_sync(barrier, kThreads);
-
-  constexpr int kGroupsPerRow = kD / 4, kPerThread = kRows * kGroupsPerRow / kThreads;
-  float4 acc[kPerThread];
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) acc[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-  for (int s = 0; s < kMaxKvSplits; ++s) {
-    if (s >= p.kv_splits) break;
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) {
-      const int group = threadIdx.x + j * kThreads, r = group / kGroupsPerRow;
-      const int row = min(row0 + r, p.seqlen_q - 1);  // rows past the end read a valid row and are not stored
-      const float4 x = *reinterpret_cast<const float4*>(
-          p.split_out + (s * rows + split_row_index(p, c, row)) * kD + group % kGroupsPerRow * 4);
-      const float w = weights[r][s];
-      acc[j] = make_float4(acc[j].x + w * x.x, acc[j].y + w * x.y, acc[j].z + w * x.z, acc[j].w + w * x.w);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int group = threadIdx.x + j * kThreads, row = row0 + group / kGroupsPerRow;
+  for (int i = threadIdx.x; i < kRows * kD; i += threads) {
+    const int row = row0 + i / kD, d = i % kD;
     if (row >= p.seqlen_q) continue;
+    const int64_t index = split_row_index(p, c, row);
+    float max = -INFINITY;
+    for (int s = 0; s < p.kv_splits; ++s) max = fmaxf(max, p.split_lse[s * rows + index]);
+    float weight_sum = 0.0f, acc = 0.0f;
+    for (int s = 0; s < p.kv_splits; ++s) {
+      const float weight = exp2f(p.split_lse[s * rows + index] - max);  // 0 for a split that saw nothing
+      weight_sum += weight;
+      acc += weight * p.split_out[(s * rows + index) * kD + d];
+    }
     OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-                row * p.out_row_stride + group % kGroupsPerRow * 4;
-    out[0] = from_float<OutT>(acc[j].x);
-    out[1] = from_float<OutT>(acc[j].y);
-    out[2] = from_float<OutT>(acc[j].z);
-    out[3] = from_float<OutT>(acc[j].w);
+                row * p.out_row_stride;
+    out[d] = from_float<OutT>(acc / weight_sum * v_scale);
+    if (d == 0) {
+      p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row * p.lse_row_stride] =
+          (max + log2f(weight_sum)) * kLn2;
+    }
   }
 }
 
