@@ -1,6 +1,5 @@
 // CUDA host side of sdpa::fp8_forward: checks, params, variant choice, launch on the current stream.
 #include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
