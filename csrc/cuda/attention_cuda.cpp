@@ -42,7 +42,6 @@ AttentionParams make_params(const at::Tensor& q, const at::Tensor& k, const at::
   p.softmax_scale = softmax_scale;
   p.is_causal = is_causal;
   p.out_type = out.scalar_type() == at::kBFloat16 ? OutputType::kBFloat16 : OutputType::kFloat16;
-  p.kv_splits = 1;
   return p;
 }
 
@@ -91,25 +90,10 @@ void fp8_forward_into_cuda(const at::Tensor& q, const at::Tensor& k, const at::T
   const c10::cuda::CUDAGuard guard(q.device());
   // Scales are tiny; the kernels read them as contiguous [B, H] arrays.
   const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
-  AttentionParams p =
+  const AttentionParams p =
       make_params(q, k, v, qs, ks, vs, out, lse, d, is_causal, resolve_softmax_scale(scale, d.head_dim));
   const int index = resolve_variant(variant, p, q);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-
-  // Split-KV workspace: partial outputs in fp32 and a zeroed counter per query tile (a memset on the stream).
-  p.kv_splits = attention_kv_splits(index, p, at::cuda::getDeviceProperties(q.device().index())->multiProcessorCount);
-  at::Tensor split_out, split_lse, split_counters;
-  if (p.kv_splits > 1) {
-    const int64_t rows = d.batch * d.heads_q * d.seqlen_q;
-    split_out = at::empty({p.kv_splits, rows, d.head_dim}, q.options().dtype(at::kFloat));
-    split_lse = at::empty({p.kv_splits, rows}, q.options().dtype(at::kFloat));
-    split_counters = at::empty({attention_split_counters(p)}, q.options().dtype(at::kInt));
-    C10_CUDA_CHECK(cudaMemsetAsync(split_counters.data_ptr(), 0, split_counters.nbytes(), stream));
-    p.split_out = split_out.data_ptr<float>();
-    p.split_lse = split_lse.data_ptr<float>();
-    p.split_counters = split_counters.data_ptr<int>();
-  }
-  const cudaError_t err = launch_attention(p, index, stream);
+  const cudaError_t err = launch_attention(p, index, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "sdpa::fp8_forward: launch of variant '", attention_variant_name(index),
               "' failed: ", cudaGetErrorString(err));
 }

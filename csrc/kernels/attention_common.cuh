@@ -35,17 +35,13 @@ __device__ __forceinline__ float group_sum(float x) {
 }
 
 // Which (batch, query head, kv head) a flat block index belongs to, with `blocks_per_head` query tiles per head.
-// With split-KV the block index also carries the split (fastest-varying), so that a query tile's splits run
-// side by side.
 struct HeadCoords {
-  int batch, head_q, head_kv, tile, split;
+  int batch, head_q, head_kv, tile;
 };
-__device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head, int splits = 1) {
+__device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {
   HeadCoords c;
-  c.split = blockIdx.x % splits;
-  const int block = blockIdx.x / splits;
-  c.tile = block % blocks_per_head;
-  const int head = block / blocks_per_head;
+  c.tile = blockIdx.x % blocks_per_head;
+  const int head = blockIdx.x / blocks_per_head;
   c.head_q = head % p.heads_q;
   c.batch = head / p.heads_q;
   c.head_kv = c.head_q / (p.heads_q / p.heads_kv);

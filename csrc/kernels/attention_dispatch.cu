@@ -12,24 +12,23 @@ struct VariantEntry {
   AttentionLauncher launch;
   bool needs_aligned_rows;  // 16-byte loads (cp.async or vector loads) of q, k and v rows
   int min_sm;               // FP8 mma.sync needs sm_89
-  bool splits_keys;         // supports split-KV (AttentionParams::kv_splits > 1)
 };
 
 constexpr VariantEntry kVariants[] = {
-    {"scalar", &launch_scalar, false, 80, false},
-    {"cp_async", &launch_cp_async, true, 80, false},
-    {"wmma", &launch_wmma, false, 80, false},
-    {"fused_softmax", &launch_fused_softmax, true, 80, true},
-    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, true},
-    {"pipe3", &launch_pipe3, true, 80, true},
-    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, true},
-    {"warp_spec", &launch_warp_spec, true, 80, true},
-    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, true},
-    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, true},
-    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, true},
-    {"fp8_mma", &launch_fp8_mma, true, 89, false},
-    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, false},
-    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, false},
+    {"scalar", &launch_scalar, false, 80},
+    {"cp_async", &launch_cp_async, true, 80},
+    {"wmma", &launch_wmma, false, 80},
+    {"fused_softmax", &launch_fused_softmax, true, 80},
+    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80},
+    {"pipe3", &launch_pipe3, true, 80},
+    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80},
+    {"warp_spec", &launch_warp_spec, true, 80},
+    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80},
+    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80},
+    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80},
+    {"fp8_mma", &launch_fp8_mma, true, 89},
+    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89},
+    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -80,22 +79,6 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
   return attention_variant_aligned(fastest, p) && sm >= attention_variant_min_sm(fastest)
              ? fastest
              : find_attention_variant("scalar");
-}
-
-// Split-KV only when the query tiles alone leave SMs idle: enough splits for about one block per SM, at most
-// one split per 64-key tile and at most 8 (the combine reads every split of a row).
-int attention_kv_splits(int variant, const AttentionParams& p, int sm_count) {
-  constexpr int kBlockM = 64, kBlockN = 64;  // the mma family's tiles
-  if (!kVariants[variant].splits_keys) return 1;
-  const int64_t blocks = static_cast<int64_t>((p.seqlen_q + kBlockM - 1) / kBlockM) * p.batch * p.heads_q;
-  const int key_tiles = (p.seqlen_k + kBlockN - 1) / kBlockN;
-  if (blocks >= sm_count || key_tiles < 2) return 1;
-  const int wanted = static_cast<int>((sm_count + blocks - 1) / blocks);
-  return wanted < key_tiles ? (wanted < 8 ? wanted : 8) : (key_tiles < 8 ? key_tiles : 8);
-}
-
-int attention_split_counters(const AttentionParams& p) {
-  return ((p.seqlen_q + 63) / 64) * p.batch * p.heads_q;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

@@ -14,7 +14,6 @@
 #include "attention_common.cuh"
 #include "ptx.cuh"
 #include "fragment_softmax.cuh"
-#include "split_kv.cuh"
 #include "tile_rows.cuh"
 
 namespace sdpa {
@@ -121,23 +120,6 @@ struct WarpAttention {
     }
   }
 
-  // Split-KV: O / l and the log2-sum-exp2 of this split's rows, in fp32, for combine_splits.
-  __device__ void write_partial(const AttentionParams& p, const HeadCoords& c, int lane) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float sum = group_sum<4>(softmax[r].sum);
-      if (row[r] >= p.seqlen_q) continue;
-      const float inv_sum = sum > 0.0f ? 1.0f / sum : 0.0f;
-      float* out = split_out_row<kD>(p, c, row[r]);
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        *reinterpret_cast<float2*>(out + dt * 8 + 2 * (lane % 4)) =
-            make_float2(o[dt][2 * r] * inv_sum, o[dt][2 * r + 1] * inv_sum);
-      }
-      if (lane % 4 == 0) split_lse_row(p, c, c.split, row[r]) = sum > 0.0f ? softmax[r].max + log2f(sum) : -INFINITY;
-    }
-  }
-
   template <typename OutT>
   __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
     const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
@@ -164,14 +146,14 @@ struct WarpAttention {
 // All threads load (cp.async ring of raw codes), decode the current tile to fp16, and compute.
 template <class Cfg>
 __device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned char* smem, typename Cfg::Rows k_rows,
-                                                typename Cfg::Rows v_rows, TileRange range, const AttentionParams& p,
+                                                typename Cfg::Rows v_rows, int tiles, const AttentionParams& p,
                                                 int lane) {
   using Layout = typename Cfg::Layout;
   uint8_t* ring = smem;  // [kStages][K codes, V codes]
   __half* k_tile = reinterpret_cast<__half*>(smem + Cfg::kStages * 2 * Cfg::kTileCodes);
   __half* v_tile = k_tile + Cfg::kTileHalves;
   auto issue = [&](int tile) {
-    if (tile < range.end) {
+    if (tile < tiles) {
       uint8_t* stage = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileCodes;
       k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
       copy_tile_async(stage, k_rows, Cfg::kThreads);
@@ -180,8 +162,8 @@ __device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned 
     cp_async_commit();  // an empty group past the end keeps the wait count uniform
   };
 #pragma unroll
-  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(range.begin + t);
-  for (int tile = range.begin; tile < range.end; ++tile) {
+  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(t);
+  for (int tile = 0; tile < tiles; ++tile) {
     issue(tile + Cfg::kStages - 1);
     cp_async_wait<Cfg::kStages - 1>();
     __syncthreads();  // tile's codes are visible to all; everyone is done with the previous fp16 tiles
@@ -197,8 +179,6 @@ __device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned 
 }
 
 // Named barriers of the producer/consumer ring: FULL(s) = 1 + s, EMPTY(s) = 1 + kStages + s.
-// The consumers' barrier of the split-KV combine (the ring uses 1 .. 2 * kStages).
-constexpr int kSplitBarrier = 15;
 template <class Cfg>
 __device__ __forceinline__ int full_barrier(int stage) { return 1 + stage; }
 template <class Cfg>
@@ -206,13 +186,12 @@ __device__ __forceinline__ int empty_barrier(int stage) { return 1 + Cfg::kStage
 
 // Producer warps: global codes -> registers -> fp16 -> ring slot, then signal FULL; wait EMPTY before reuse.
 template <class Cfg>
-__device__ __forceinline__ void produce(unsigned char* smem, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows,
-                                        TileRange range) {
+__device__ __forceinline__ void produce(unsigned char* smem, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows, int tiles) {
   using Layout = typename Cfg::Layout;
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
-  for (int tile = range.begin; tile < range.end; ++tile) {
-    const int stage = (tile - range.begin) % Cfg::kStages;
-    if (tile - range.begin >= Cfg::kStages) barrier_sync(empty_barrier<Cfg>(stage), Cfg::kThreads);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
+    if (tile >= Cfg::kStages) barrier_sync(empty_barrier<Cfg>(stage), Cfg::kThreads);
     __half* k_tile = reinterpret_cast<__half*>(smem) + stage * 2 * Cfg::kTileHalves;
     __half* v_tile = k_tile + Cfg::kTileHalves;
     k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
@@ -229,14 +208,14 @@ __device__ __forceinline__ void produce(unsigned char* smem, typename Cfg::Rows 
 }
 
 template <class Cfg>
-__device__ __forceinline__ void consume_ring(WarpAttention<Cfg>& w, unsigned char* smem, TileRange range,
+__device__ __forceinline__ void consume_ring(WarpAttention<Cfg>& w, unsigned char* smem, int tiles,
                                              const AttentionParams& p, int lane) {
-  for (int tile = range.begin; tile < range.end; ++tile) {
-    const int stage = (tile - range.begin) % Cfg::kStages;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % Cfg::kStages;
     barrier_sync(full_barrier<Cfg>(stage), Cfg::kThreads);
     const __half* k_tile = reinterpret_cast<const __half*>(smem) + stage * 2 * Cfg::kTileHalves;
     w.consume(k_tile, k_tile + Cfg::kTileHalves, tile * Cfg::kBlockN, p, lane);
-    if (tile + Cfg::kStages < range.end) barrier_arrive(empty_barrier<Cfg>(stage), Cfg::kThreads);
+    if (tile + Cfg::kStages < tiles) barrier_arrive(empty_barrier<Cfg>(stage), Cfg::kThreads);
   }
 }
 
@@ -246,9 +225,9 @@ template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  const HeadCoords c = head_coords(p, blocks_per_head, p.kv_splits);
+  const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
-  const TileRange range((key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN, c.split, p.kv_splits);
+  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
                              p.seqlen_k};
   const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
@@ -256,7 +235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if constexpr (Cfg::kProducers > 0) {
     if (warp >= Cfg::kConsumerWarps) {
-      produce<Cfg>(smem, k_rows, v_rows, range);
+      produce<Cfg>(smem, k_rows, v_rows, tiles);
       return;
     }
   }
@@ -270,17 +249,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
   w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, scale.flip_q,
            lane);
   if constexpr (Cfg::kProducers > 0) {
-    consume_ring<Cfg>(w, smem, range, p, lane);
+    consume_ring<Cfg>(w, smem, tiles, p, lane);
   } else {
-    run_cooperative<Cfg>(w, smem, k_rows, v_rows, range, p, lane);
+    run_cooperative<Cfg>(w, smem, k_rows, v_rows, tiles, p, lane);
   }
-  if (p.kv_splits == 1) {
-    w.template finish<OutT>(p, c, lane);
-  } else {
-    w.write_partial(p, c, lane);
-    combine_splits<Cfg::kHeadDim, Cfg::kBlockM, OutT>(p, c, blocks_per_head, row0, Cfg::kConsumerThreads,
-                                                      kSplitBarrier);
-  }
+  w.template finish<OutT>(p, c, lane);
 }
 
 template <int kStages, bool kSwizzle, int kProducers>
@@ -289,9 +262,8 @@ struct MmaVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = MmaConfig<kHeadDim, kStages, kSwizzle, kProducers>;
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    return launch_with_smem(attention_mma_kernel<Cfg, OutT>,
-                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q * p.kv_splits, Cfg::kThreads,
-                            Cfg::kSmemBytes, p, stream);
+    return launch_with_smem(attention_mma_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
+                            Cfg::kThreads, Cfg::kSmemBytes, p, stream);
   }
 };
 

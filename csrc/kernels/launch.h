@@ -20,11 +20,6 @@ int attention_variant_min_sm(int variant);
 // The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90).
 int auto_attention_variant(const AttentionParams& params, int sm);
 
-// How many blocks share each query tile's keys (split-KV) for this variant, inputs and GPU; 1 = no split.
-int attention_kv_splits(int variant, const AttentionParams& params, int sm_count);
-// Counters a split-KV launch needs in params.split_counters (zeroed before the launch).
-int attention_split_counters(const AttentionParams& params);
-
 // Enqueues the attention on `stream`; returns the launch error, if any.
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream);
 

@@ -28,13 +28,6 @@ struct AttentionParams {
   float softmax_scale;  // multiplies q.k of the dequantized inputs
   bool is_causal;       // top-left aligned: query i sees keys j <= i
   OutputType out_type;
-
-  // Split-KV (variants that support it, when the host sets kv_splits > 1): each query tile's keys are divided
-  // among kv_splits blocks, which write normalized partial outputs; the last of them to finish combines.
-  int kv_splits;
-  float* split_out;     // [kv_splits][B * Hq * Sq][D], O / l of each split in V-code units
-  float* split_lse;     // [kv_splits][B * Hq * Sq], log2-sum-exp2 of each split's scores (-inf: none visible)
-  int* split_counters;  // [B * Hq * query tiles], zero before the launch
 };
 
 enum class InputType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
