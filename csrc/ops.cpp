@@ -20,4 +20,7 @@ TORCH_LIBRARY(sdpa, m) {
       "fp8_forward_into(Tensor q, Tensor k, Tensor v, Tensor q_scale, Tensor k_scale, Tensor v_scale, "
       "Tensor(a!) out, Tensor(b!) lse, bool is_causal=False, float? scale=None, str variant=\"auto\") -> ()");
   m.def("quantize_fp8(Tensor x, Tensor? scale=None) -> (Tensor x_fp8, Tensor scale)");
+  m.def(
+      "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v) "
+      "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
 }

@@ -16,8 +16,7 @@ def main():
         q = torch.randn(b, hq, sq, d, generator=gen).half().cuda()
         k = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
         v = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
-        q8, qs = sdpa_ext.quantize_fp8(q)
-        k8, ks = sdpa_ext.quantize_fp8(k.transpose(1, 2).contiguous().transpose(1, 2))
+        q8, qs, k8, ks, _, _ = sdpa_ext.quantize_fp8_qkv(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
         v8, vs = sdpa_ext.quantize_fp8(v.bfloat16(), torch.ones(b, hkv, device="cuda"))
         for variant in sdpa_ext.variant_names(sdpa_ext.device_arch()):
             for out_dtype in (torch.float16, torch.bfloat16):

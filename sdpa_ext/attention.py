@@ -5,7 +5,7 @@ from typing import Optional
 import torch
 
 from sdpa_ext import ops
-from sdpa_ext.quant import quantize_fp8
+from sdpa_ext.quant import quantize_fp8_qkv
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
@@ -47,8 +47,6 @@ def scaled_dot_product_attention(
     dtype. The causal mask is top-left aligned, as in PyTorch.
     """
     _check_inputs(query, key, value, attn_mask, dropout_p, enable_gqa)
-    q8, q_scale = quantize_fp8(query)
-    k8, k_scale = quantize_fp8(key)
-    v8, v_scale = quantize_fp8(value)
+    q8, q_scale, k8, k_scale, v8, v_scale = quantize_fp8_qkv(query, key, value)
     out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant)
     return out

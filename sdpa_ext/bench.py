@@ -113,7 +113,7 @@ class ShapeBench:
         return call
 
     def quantize(self, i):
-        return [sdpa_ext.quantize_fp8(t) for t in self.sets[i % len(self.sets)]]
+        return sdpa_ext.quantize_fp8_qkv(*self.sets[i % len(self.sets)])
 
     def end_to_end(self, i):
         return sdpa_ext.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)

@@ -60,3 +60,9 @@ def _quantize_fp8_fake(x, scale=None):
     codes = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
     scales = x.new_empty(x.shape[:2], dtype=torch.float32)
     return codes, scales
+
+
+@torch.library.register_fake("sdpa::quantize_fp8_qkv")
+def _quantize_fp8_qkv_fake(q, k, v):
+    _check_same_device("q", q, k=k, v=v)
+    return (*_quantize_fp8_fake(q), *_quantize_fp8_fake(k), *_quantize_fp8_fake(v))

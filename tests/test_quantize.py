@@ -147,3 +147,29 @@ def test_dequantize_round_trip_error_bound(device):
     bound = torch.maximum(x.abs() * 2.0**-4, s * 2.0**-10)
     assert bool(((back - x).abs() <= bound).all())
     assert torch.equal(sdpa_ext.dequantize_fp8(codes.view(torch.uint8), scales), back)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shapes", [
+    ((1, 8, 512, 64), (1, 2, 512, 64)),     # every head fits in shared memory: one launch on CUDA
+    ((2, 4, 33, 128), (2, 4, 40, 128)),     # odd row counts
+    ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for shared memory: the two-pass kernels
+])
+def test_qkv_in_one_call_matches_three(device, dtype, shapes):
+    q_shape, kv_shape = shapes
+    gen = torch.Generator().manual_seed(q_shape[2])
+    q, k, v = (torch.randn(s, generator=gen).mul(2).to(dtype).to(device) for s in (q_shape, kv_shape, kv_shape))
+    k = k.transpose(1, 2).contiguous().transpose(1, 2)  # strided input
+    v[0, 0].zero_()
+    together = sdpa_ext.quantize_fp8_qkv(q, k, v)
+    separately = [x for t in (q, k, v) for x in sdpa_ext.quantize_fp8(t)]
+    for a, b in zip(together, separately):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+
+
+def test_qkv_rejects_mixed_dtypes(device):
+    q = torch.randn(1, 2, 8, 64, device=device)
+    with pytest.raises(RuntimeError, match=r"k must have the dtype of q \(Float\), got Half"):
+        sdpa_ext.quantize_fp8_qkv(q, q.half(), q)

@@ -45,4 +45,12 @@ struct QuantizeParams {
   int chunks;                // blocks per head in each pass
 };
 
+// Up to three tensors (q, k, v) quantized by one launch of the whole-head kernel.
+struct QuantizeHeadsParams {
+  QuantizeParams tensors[3];
+  int count;
+  int first_block[4];  // block index where each tensor's heads start; first_block[count] = total blocks
+  bool vectorized;     // every tensor: contiguous rows whose length and strides are multiples of 16 bytes
+};
+
 }  // namespace sdpa

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention_common.cuh"
 #include "fp8.h"
@@ -106,7 +107,100 @@ cudaError_t launch_typed(const QuantizeParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+constexpr int kHeadThreads = 512;
+
+// The whole-head kernel: one block per head of any of the tensors. Loads go through shared memory once, so the
+// head is read from global memory a single time (the two-pass kernels read it twice).
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kHeadThreads) quantize_heads_kernel(const QuantizeHeadsParams b) {
+  using Vec = typename std::conditional<kVec == 1, T, uint4>::type;  // kVec values of T per load
+  extern __shared__ __align__(16) unsigned char head_smem[];
+  T* values = reinterpret_cast<T*>(head_smem);
+  int t = 0;
+  while (t + 1 < b.count && static_cast<int>(blockIdx.x) >= b.first_block[t + 1]) ++t;
+  const QuantizeParams& p = b.tensors[t];
+  const int head = blockIdx.x - b.first_block[t];
+  const T* x = static_cast<const T*>(p.x) + (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+  const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
+
+  float amax = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+    const int row = i / vecs_per_row, col = i % vecs_per_row * kVec;
+    const Vec v = *reinterpret_cast<const Vec*>(x + row * p.x_row_stride + col * p.x_col_stride);
+    reinterpret_cast<Vec*>(values)[i] = v;
+    const T* elems = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
+  }
+  __shared__ float warp_max[kHeadThreads / 32];
+  amax = group_max<32>(amax);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();  // also publishes the staged values
+  __shared__ float head_scale;
+  if (threadIdx.x < 32) {
+    amax = group_max<32>(threadIdx.x < kHeadThreads / 32 ? warp_max[threadIdx.x] : 0.0f);
+    if (threadIdx.x == 0) {
+      head_scale = p.given_scale != nullptr ? p.given_scale[head] : scale_from_amax(amax);
+      p.scale[head] = head_scale;
+    }
+  }
+  __syncthreads();
+  const float scale = head_scale;
+  uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
+  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+    const T* elems = values + i * kVec;
+    uint8_t out[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) out[e] = quantize_e4m3(to_float(elems[e]), scale);
+    if constexpr (kVec == 8) {
+      *reinterpret_cast<uint2*>(codes + i * 8) = *reinterpret_cast<const uint2*>(out);
+    } else if constexpr (kVec == 4) {
+      *reinterpret_cast<uint32_t*>(codes + i * 4) = *reinterpret_cast<const uint32_t*>(out);
+    } else {
+      codes[i] = out[0];
+    }
+  }
+}
+
+template <typename T>
+cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, cudaStream_t stream) {
+  const int smem = static_cast<int>(quantize_heads_smem_bytes(b));
+  const unsigned blocks = static_cast<unsigned>(b.first_block[b.count]);
+  auto launch = [&](auto kernel) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        err != cudaSuccess) {
+      return err;
+    }
+    kernel<<<blocks, kHeadThreads, smem, stream>>>(b);
+    return cudaGetLastError();
+  };
+  if (b.vectorized) return launch(quantize_heads_kernel<T, 16 / sizeof(T)>);
+  return launch(quantize_heads_kernel<T, 1>);
+}
+
 }  // namespace
+
+int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
+  int64_t bytes = 0;
+  for (int t = 0; t < b.count; ++t) {
+    const int64_t element = b.tensors[t].x_type == InputType::kFloat32 ? 4 : 2;
+    bytes = std::max(bytes, element * b.tensors[t].rows * b.tensors[t].cols);
+  }
+  return bytes;
+}
+
+cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, cudaStream_t stream) {
+  switch (b.tensors[0].x_type) {
+    case InputType::kFloat32:
+      return launch_heads_typed<float>(b, stream);
+    case InputType::kFloat16:
+      return launch_heads_typed<__half>(b, stream);
+    case InputType::kBFloat16:
+      return launch_heads_typed<__nv_bfloat16>(b, stream);
+  }
+  return cudaErrorInvalidValue;
+}
 
 int quantize_chunks(const QuantizeParams& p) {
   const int64_t per_head = static_cast<int64_t>(p.rows) * p.cols;
