@@ -169,6 +169,18 @@ def test_qkv_in_one_call_matches_three(device, dtype, shapes):
                            b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
+    # With the amax scale every pattern lands somewhere in [-448, 448], ties and subnormals included; on CUDA the
+    # one-launch kernel encodes with the hardware cvt (sm_89+), quantize_fp8 with the bit-logic encoder.
+    x = all_bit_patterns(dtype, device)
+    x = torch.where(torch.isinf(x), torch.zeros_like(x), x)
+    expected = sdpa_ext.quantize_fp8(x)
+    for codes, scale in zip(sdpa_ext.quantize_fp8_qkv(x, x, x)[::2], sdpa_ext.quantize_fp8_qkv(x, x, x)[1::2]):
+        assert torch.equal(codes.view(torch.uint8), expected[0].view(torch.uint8))
+        assert torch.equal(scale, expected[1])
+
+
 def test_qkv_rejects_mixed_dtypes(device):
     q = torch.randn(1, 2, 8, 64, device=device)
     with pytest.raises(RuntimeError, match=r"k must have the dtype of q \(Float\), got Half"):

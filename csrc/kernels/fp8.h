@@ -87,6 +87,21 @@ SDPA_HOST_DEVICE uint8_t quantize_e4m3(float x, float scale) {
 #endif
 }
 
+#if defined(__CUDACC__)
+// Two values at once; on sm_89 and later the encode is one cvt.rn.satfinite.e4m3x2.f32 (round to nearest even,
+// +-448 for out-of-range values and infinities, NaN kept), the same function as float_to_e4m3.
+__device__ __forceinline__ uint16_t quantize_e4m3x2(float x0, float x1, float scale) {
+  const float q0 = __fdiv_rn(x0, scale), q1 = __fdiv_rn(x1, scale);
+#if __CUDA_ARCH__ >= 890
+  uint16_t codes;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(codes) : "f"(q0), "f"(q1));
+  return codes;
+#else
+  return static_cast<uint16_t>(float_to_e4m3(q0) | (float_to_e4m3(q1) << 8));
+#endif
+}
+#endif
+
 // scale[b, h] = amax / 448, or 1 for a head of zeros (so that decoding is still x = code * scale).
 SDPA_HOST_DEVICE float scale_from_amax(float amax) {
 #if defined(__CUDA_ARCH__)

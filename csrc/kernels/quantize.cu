@@ -150,15 +150,19 @@ __global__ void __launch_bounds__(kHeadThreads) quantize_heads_kernel(const Quan
   uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
   for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
     const T* elems = values + i * kVec;
-    uint8_t out[kVec];
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) out[e] = quantize_e4m3(to_float(elems[e]), scale);
-    if constexpr (kVec == 8) {
-      *reinterpret_cast<uint2*>(codes + i * 8) = *reinterpret_cast<const uint2*>(out);
-    } else if constexpr (kVec == 4) {
-      *reinterpret_cast<uint32_t*>(codes + i * 4) = *reinterpret_cast<const uint32_t*>(out);
+    if constexpr (kVec == 1) {
+      codes[i] = quantize_e4m3(to_float(elems[0]), scale);
     } else {
-      codes[i] = out[0];
+      uint16_t pairs[kVec / 2];
+#pragma unroll
+      for (int e = 0; e < kVec / 2; ++e) {
+        pairs[e] = quantize_e4m3x2(to_float(elems[2 * e]), to_float(elems[2 * e + 1]), scale);
+      }
+      if constexpr (kVec == 8) {
+        *reinterpret_cast<uint2*>(codes + i * 8) = *reinterpret_cast<const uint2*>(pairs);
+      } else {
+        *reinterpret_cast<uint32_t*>(codes + i * 4) = *reinterpret_cast<const uint32_t*>(pairs);
+      }
     }
   }
 }
