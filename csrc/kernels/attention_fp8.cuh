@@ -31,14 +31,12 @@ struct Fp8Config {
 };
 
 template <class Cfg>
-struct Fp8WarpAttention {
+struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even dims, odd dims) per 16-dim block
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
+  using FragmentRows<kD / 8>::o;
+  using FragmentRows<kD / 8>::row;
+  using FragmentRows<kD / 8>::softmax;
   uint32_t q[kD / 32][4];  // A fragments of Q codes: regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at +16
-  float o[kD / 8][4] = {};  // O n-tiles as (even dims, odd dims) pairs per 16-dim block
-  RowSoftmax softmax[2];
-  int row[2];
-  int first_row;      // the warp's first query row
-  float score_scale;  // see ScoreScale
 
   __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
     const uint32_t sign = flip_sign ? 0x80808080u : 0u;
@@ -67,8 +65,7 @@ struct Fp8WarpAttention {
         mma_16x8x32_e4m3(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    if (tile_needs_mask(p, key0, kN, first_row)) mask_tile(s, row, key0, p, lane);
-    online_softmax_tile(s, o, softmax, score_scale);
+    this->scores_to_probabilities(s, key0, p, lane);
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
       uint32_t a[4];
@@ -93,14 +90,7 @@ struct Fp8WarpAttention {
   // O n-tile pair (2b, 2b + 1) holds, for this lane, dims 16b + 4c + {0, 2} and 16b + 4c + {1, 3}.
   template <typename OutT>
   __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
-    const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      softmax[r].sum = group_sum<4>(softmax[r].sum);
-      if (row[r] >= p.seqlen_q) continue;
-      const float out_scale = v_scale / softmax[r].sum;
-      OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-                  row[r] * p.out_row_stride;
+    finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
 #pragma unroll
       for (int block = 0; block < kD / 16; ++block) {
         OutT* dims = out + block * 16 + 4 * (lane % 4);
@@ -109,11 +99,7 @@ struct Fp8WarpAttention {
         dims[2] = from_float<OutT>(o[2 * block][2 * r + 1] * out_scale);
         dims[3] = from_float<OutT>(o[2 * block + 1][2 * r + 1] * out_scale);
       }
-      if (lane % 4 == 0) {
-        p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
-            softmax[r].lse();
-      }
-    }
+    });
   }
 };
 
@@ -147,14 +133,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   Fp8WarpAttention<Cfg> w;
-  w.first_row = row0 + warp * 16;
-  w.row[0] = w.first_row + lane / 4;
-  w.row[1] = w.row[0] + 8;
-  const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                         p.softmax_scale);
-  w.score_scale = scale.log2_units;
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, scale.flip_q,
-           lane);
+  const bool flip_q = w.start(p, c, row0, warp, lane);
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
 
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites

@@ -64,14 +64,12 @@ __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col,
 
 // Per-warp state of the FlashAttention-2 loop: 16 query rows; this lane holds rows g and g + 8 (g = lane / 4).
 template <class Cfg>
-struct WarpAttention {
+struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
-  uint32_t q[kD / 16][4];     // A fragments of Q, fp16
-  float o[kD / 8][4] = {};    // O accumulators (unnormalized, in V-code units)
-  RowSoftmax softmax[2];      // rows g and g + 8; `sum` is this lane's partial sum until finish()
-  int row[2];                 // query indices of rows g and g + 8
-  int first_row;              // the warp's first query row
-  float score_scale;          // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
+  using FragmentRows<kD / 8>::o;
+  using FragmentRows<kD / 8>::row;
+  using FragmentRows<kD / 8>::softmax;
+  uint32_t q[kD / 16][4];  // A fragments of Q, fp16
 
   __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
     const uint32_t sign = flip_sign ? 0x80008000u : 0u;
@@ -103,8 +101,7 @@ struct WarpAttention {
         mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    if (tile_needs_mask(p, key0, kN, first_row)) mask_tile(s, row, key0, p, lane);
-    online_softmax_tile(s, o, softmax, score_scale);
+    this->scores_to_probabilities(s, key0, p, lane);
     // O += P V: the S accumulators of n-tiles 2kt, 2kt + 1 are exactly the A fragment of keys [16kt, 16kt + 16).
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
@@ -122,24 +119,13 @@ struct WarpAttention {
 
   template <typename OutT>
   __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
-    const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      softmax[r].sum = group_sum<4>(softmax[r].sum);
-      if (row[r] >= p.seqlen_q) continue;
-      const float out_scale = v_scale / softmax[r].sum;
-      OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-                  row[r] * p.out_row_stride;
+    finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
 #pragma unroll
       for (int dt = 0; dt < kD / 8; ++dt) {
         out[dt * 8 + 2 * (lane % 4)] = from_float<OutT>(o[dt][2 * r] * out_scale);
         out[dt * 8 + 2 * (lane % 4) + 1] = from_float<OutT>(o[dt][2 * r + 1] * out_scale);
       }
-      if (lane % 4 == 0) {
-        p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
-            softmax[r].lse();
-      }
-    }
+    });
   }
 };
 
@@ -240,14 +226,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
     }
   }
   WarpAttention<Cfg> w;
-  w.first_row = row0 + warp * 16;
-  w.row[0] = w.first_row + lane / 4;
-  w.row[1] = w.row[0] + 8;
-  const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                         p.softmax_scale);
-  w.score_scale = scale.log2_units;
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, scale.flip_q,
-           lane);
+  const bool flip_q = w.start(p, c, row0, warp, lane);
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
   if constexpr (Cfg::kProducers > 0) {
     consume_ring<Cfg>(w, smem, tiles, p, lane);
   } else {

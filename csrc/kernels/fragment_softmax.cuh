@@ -78,4 +78,55 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN
   a[3] = pack_half2(s[2 * kt + 1][2], s[2 * kt + 1][3]);
 }
 
+// The epilogue of a lane's two rows: reduces the row sums over the quad and, for each row inside seqlen_q, lets
+// store_row(out_row, r, out_scale) write O * out_scale in the kernel's own fragment order, then writes lse.
+template <typename OutT, typename StoreRow>
+__device__ __forceinline__ void finish_rows(RowSoftmax (&softmax)[2], const int (&row)[2], const AttentionParams& p,
+                                            const HeadCoords& c, int lane, StoreRow store_row) {
+  const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    softmax[r].sum = group_sum<4>(softmax[r].sum);
+    if (row[r] >= p.seqlen_q) continue;
+    OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
+                row[r] * p.out_row_stride;
+    store_row(out, r, v_scale / softmax[r].sum);
+    if (lane % 4 == 0) {
+      p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
+          softmax[r].lse();
+    }
+  }
+}
+
+// The softmax side of a warp's 16 query rows in the mma.sync kernels (lane l holds rows g = l / 4 and g + 8):
+// the O accumulators, the running max/sum per row, and the scale. The kernels add their Q fragments and the
+// Q K^T / P V products around `scores_to_probabilities`.
+template <int kOTiles>
+struct FragmentRows {
+  float o[kOTiles][4] = {};  // O accumulators (unnormalized, in V-code units)
+  RowSoftmax softmax[2];     // rows g and g + 8; `sum` is this lane's partial sum until finish_rows
+  int row[2];                // query indices of rows g and g + 8
+  int first_row;             // the warp's first query row
+  float score_scale;         // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
+
+  // Sets the rows of warp `warp` in the block's tile at row0 and the head's scale; returns whether the Q
+  // fragments must have their signs flipped (a negative scale).
+  __device__ bool start(const AttentionParams& p, const HeadCoords& c, int row0, int warp, int lane) {
+    first_row = row0 + warp * 16;
+    row[0] = first_row + lane / 4;
+    row[1] = row[0] + 8;
+    const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                           p.softmax_scale);
+    score_scale = scale.log2_units;
+    return scale.flip_q;
+  }
+
+  // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_tile).
+  template <int kNTiles>
+  __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane) {
+    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
+    online_softmax_tile(s, o, softmax, score_scale);
+  }
+};
+
 }  // namespace sdpa

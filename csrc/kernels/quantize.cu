@@ -107,6 +107,20 @@ cudaError_t launch_typed(const QuantizeParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Calls fn with a value of the C++ type of an input type (float, __half or __nv_bfloat16).
+template <typename Fn>
+cudaError_t with_input_type(InputType type, Fn fn) {
+  switch (type) {
+    case InputType::kFloat32:
+      return fn(float{});
+    case InputType::kFloat16:
+      return fn(__half{});
+    case InputType::kBFloat16:
+      return fn(__nv_bfloat16{});
+  }
+  return cudaErrorInvalidValue;
+}
+
 constexpr int kHeadThreads = 512;
 
 // The whole-head kernel: one block per head of any of the tensors. Loads go through shared memory once, so the
@@ -195,15 +209,7 @@ int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
 }
 
 cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, cudaStream_t stream) {
-  switch (b.tensors[0].x_type) {
-    case InputType::kFloat32:
-      return launch_heads_typed<float>(b, stream);
-    case InputType::kFloat16:
-      return launch_heads_typed<__half>(b, stream);
-    case InputType::kBFloat16:
-      return launch_heads_typed<__nv_bfloat16>(b, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_input_type(b.tensors[0].x_type, [&](auto value) { return launch_heads_typed<decltype(value)>(b, stream); });
 }
 
 int quantize_chunks(const QuantizeParams& p) {
@@ -213,15 +219,7 @@ int quantize_chunks(const QuantizeParams& p) {
 }
 
 cudaError_t launch_quantize(const QuantizeParams& p, cudaStream_t stream) {
-  switch (p.x_type) {
-    case InputType::kFloat32:
-      return launch_typed<float>(p, stream);
-    case InputType::kFloat16:
-      return launch_typed<__half>(p, stream);
-    case InputType::kBFloat16:
-      return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_input_type(p.x_type, [&](auto value) { return launch_typed<decltype(value)>(p, stream); });
 }
 
 }  // namespace sdpa
