@@ -241,7 +241,8 @@ def main(argv=None):
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
         results.append(ShapeBench(shape, args.causal, dtype, device, args.max_ms).run(variants))
-        torch.cuda.empty_cache() if cuda else None
+        if cuda:
+            torch.cuda.empty_cache()  # the next shape's input sets may be larger
     for result in results:
         print(markdown(result, device))
     if args.json:
