@@ -3,7 +3,6 @@
 from sdpa_ext.attention import scaled_dot_product_attention
 from sdpa_ext.ops import fp8_forward, fp8_forward_into
 from sdpa_ext.quant import dequantize_fp8, quantize_fp8, quantize_fp8_qkv
-from sdpa_ext import variants as variants_module
 from sdpa_ext.variants import Variant, device_arch, variant_names, variants
 
 __all__ = [
@@ -16,6 +15,5 @@ __all__ = [
     "quantize_fp8_qkv",
     "scaled_dot_product_attention",
     "variant_names",
-    "variants_module",
     "variants",
 ]

@@ -5,6 +5,7 @@ import torch
 
 import sdpa_ext
 from conftest import requires_cuda
+from sdpa_ext.variants import TOGGLE_DESCRIPTIONS
 
 
 def qkv(device, seed=0, shape_q=(1, 4, 64, 64), heads_kv=2, seqlen_k=80):
@@ -83,7 +84,7 @@ def test_variants_listing():
         assert v.tier in ("full", "fast") and v.description and set(v.head_dims) >= {64, 128}
         assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"} and v.archs
         assert v.name in names and all(f"{v.name}+{t}" in names for t in v.toggles)
-        assert all(t in sdpa_ext.variants_module.TOGGLE_DESCRIPTIONS for t in v.toggles)
+        assert all(t in TOGGLE_DESCRIPTIONS for t in v.toggles)
 
 
 @requires_cuda
