@@ -176,7 +176,8 @@ def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
     x = all_bit_patterns(dtype, device)
     x = torch.where(torch.isinf(x), torch.zeros_like(x), x)
     expected = sdpa_ext.quantize_fp8(x)
-    for codes, scale in zip(sdpa_ext.quantize_fp8_qkv(x, x, x)[::2], sdpa_ext.quantize_fp8_qkv(x, x, x)[1::2]):
+    together = sdpa_ext.quantize_fp8_qkv(x, x, x)
+    for codes, scale in zip(together[::2], together[1::2]):
         assert torch.equal(codes.view(torch.uint8), expected[0].view(torch.uint8))
         assert torch.equal(scale, expected[1])
 
