@@ -8,7 +8,14 @@ from setuptools import setup
 from torch.utils import cpp_extension
 
 # Ampere, Ada and Hopper unless the caller narrows it (the GPU check script builds only the GPU's own arch).
-DEFAULT_CUDA_ARCHS = "8.0;8.9;9.0"
+# Hopper builds as 9.0a: the `wgmma` variant needs the arch-specific target (wgmma, setmaxnreg), and a plain
+# 9.0 in TORCH_CUDA_ARCH_LIST is raised to it.
+DEFAULT_CUDA_ARCHS = "8.0;8.9;9.0a"
+
+
+def hopper_as_sm90a(arch_list):
+    return ";".join("9.0a" + arch[3:] if arch.startswith("9.0") and not arch.startswith("9.0a") else arch
+                    for arch in arch_list.replace(" ", ";").split(";") if arch)
 
 
 def find_nvcc():
@@ -29,7 +36,7 @@ def extension():
         print(f"sdpa_ext: building the CPU part only ({reason})")
         return cpp_extension.CppExtension("sdpa_ext._C", cpu_sources, extra_compile_args={"cxx": cxx_flags})
 
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)
+    os.environ["TORCH_CUDA_ARCH_LIST"] = hopper_as_sm90a(os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS))
     print(f"sdpa_ext: building CPU and CUDA parts for TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/kernels/*.cu"))
     nvcc_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]

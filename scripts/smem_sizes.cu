@@ -6,6 +6,7 @@
 #include "../csrc/kernels/attention_fp8.cuh"
 #include "../csrc/kernels/attention_mma.cuh"
 #include "../csrc/kernels/attention_scalar.cuh"
+#include "../csrc/kernels/attention_wgmma.cuh"
 #include "../csrc/kernels/attention_wmma.cuh"
 
 namespace {
@@ -31,6 +32,7 @@ void print_sizes() {
       {"fp8_mma", Fp8Config<kHeadDim, 4, 2>::kSmemBytes},
       {"fp8_mma_m32", Fp8Config<kHeadDim, 2, 2>::kSmemBytes},
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
+      {"wgmma", WgmmaConfig<kHeadDim, kWgmmaStages>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
 }

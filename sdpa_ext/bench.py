@@ -32,6 +32,8 @@ PRESETS = {
     "mission": [(1, 8, 512, 64)],
     "seeds": [(1, 2, 64, 64), (1, 4, 128, 64), (1, 8, 512, 64), (2, 2, 64, 64), (2, 8, 256, 64), (1, 8, 2048, 64)],
     "sweep": [(1, 16, s, d) for d in (64, 128) for s in (512, 1024, 2048, 4096, 8192, 16384)],
+    # The performance targets: the mission shape and the large shapes (run with and without --causal).
+    "targets": [(1, 8, 512, 64), (4, 16, 2048, 64), (4, 16, 2048, 128), (1, 16, 8192, 128)],
 }
 
 
@@ -230,7 +232,7 @@ def main(argv=None):
 
     cuda = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("sdpa::fp8_forward", "CUDA")
     device = "cuda" if cuda else "cpu"
-    variants = args.variant or (["auto", *sdpa_ext.variant_names(sdpa_ext.device_arch())] if cuda else ["auto"])
+    variants = args.variant or (["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch())] if cuda else ["auto"])
     shapes = (args.shape or []) + (PRESETS[args.preset] if args.preset else [])
     shapes = shapes or PRESETS["mission"]
     env = environment(device)

@@ -1,7 +1,9 @@
 """The kernel variants built into sdpa_ext._C, in ladder order (DESIGN.md section 4).
 
 A variant is selected by name, optionally with toggles joined by '+', in any order: "pipe3+swizzle",
-"warp_spec+2producers+swizzle". `variant_names()` lists every built combination.
+"warp_spec+2producers+swizzle". `variant_names()` lists every built combination. Besides the names,
+variant="auto" picks the fastest variant of the full tier for the inputs and the GPU, and variant="fast" the
+fastest of all, the fast tier included.
 """
 
 import itertools
@@ -10,14 +12,21 @@ from typing import List, Optional, Tuple
 
 ALL_ARCHS = ("sm_80", "sm_89", "sm_90")
 FP8_ARCHS = ("sm_89", "sm_90")  # FP8 mma.sync
+HOPPER_ARCHS = ("sm_90",)  # wgmma, built as sm_90a
 HEAD_DIMS = (64, 128)
+TIERS = {
+    "full": "the numerics contract of DESIGN.md section 2: exact products, q k^T, softmax and P v accumulated in "
+            "fp32, P in fp16 or fp32; variant='auto' picks among these",
+    "fast": "opt-in (variant='fast' or by name): arithmetic below that contract, such as P cast to FP8 or the "
+            "Hopper FP8 tensor cores' sums, which keep about 14 significant bits instead of fp32's 24",
+}
 
 
 @dataclass(frozen=True)
 class Variant:
     name: str
     stage: int
-    tier: str  # "full": P stays in fp16/fp32 (auto picks among these); "fast": P cast to FP8 (opt-in)
+    tier: str  # a key of TIERS
     toggles: Tuple[str, ...]  # each may be added with '+', in any combination
     description: str
     archs: Tuple[str, ...] = ALL_ARCHS
@@ -52,6 +61,11 @@ _VARIANTS = (
             "batches", archs=FP8_ARCHS, aligned_rows=True),
     Variant("fp8_mma_m16", 6, "full", (), "fp8_mma with 16-row query tiles (1 warp): four times the blocks",
             archs=FP8_ARCHS, aligned_rows=True),
+    Variant("wgmma", 7, "fast", (), "Hopper warpgroup MMA: e4m3 wgmma for QK^T on the codes, fp16 wgmma for PV "
+            "with P (fp16) from registers; a producer warpgroup (TMA ring of 3 slots, V decoded to fp16) feeds two "
+            "consumer warpgroups of 64 query rows that take turns on the tensor cores; fast tier because the FP8 "
+            "tensor cores sum QK^T with about 14 significant bits (lse off by up to 1.0e-3 where fp32 sums stay "
+            "under 5.6e-4)", archs=HOPPER_ARCHS, aligned_rows=True),
 )
 
 TOGGLE_DESCRIPTIONS = {

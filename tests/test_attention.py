@@ -1,10 +1,12 @@
 """fp8_forward against two references (DESIGN.md section 5) on every device and variant.
 
-(a) kernel error: float64 attention on the dequantized inputs; variants that keep P in fp16/fp32 reach
-    SQNR >= 40 dB (fp32 math rounded to an fp16 output gives about 55 dB).
+(a) kernel error: float64 attention on the dequantized inputs; full-tier variants reach SQNR >= 40 dB (fp32
+    math rounded to an fp16 output gives about 55 dB), fast-tier ones 25 dB.
 (b) end-to-end error: PyTorch SDPA in fp32 on the original inputs, judged against what exact math on the same
-    E4M3 inputs achieves: max_abs <= 1.25 * max_abs(exact) + 0.01 and mean_abs <= 0.02.
+    E4M3 inputs achieves: max_abs <= 1.25 * max_abs(exact) + 0.01 (fast tier: 2x + 0.02), mean_abs <= 0.02.
 """
+
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -13,17 +15,43 @@ import sdpa_ext
 from conftest import CUDA_SKIP
 from reference import abs_errors, attention_float64, sdpa_float32, sqnr_db
 
-KERNEL_SQNR_DB = 40.0
-# lse is fp32. Its softmax sum (<= 2048 terms, relative rounding ~1e-7 each) and the exp2/log2 approximations
-# (2 ulp) stay below 1e-4 in the log: LSE_ATOL = 1e-3 leaves margin without hiding a wrong mask or scale (those
-# move lse by > 0.1). lse also carries the row max, a score with fp32 rounding: 8 ulp of |lse| (2^-20 relative)
-# covers it; measured 5.0e-4 at |lse| ~ 4000 in test_special_inputs[large_scores] on the CPU.
-LSE_ATOL = 1e-3
-LSE_RTOL = 2.0**-20
+
+
+@dataclass(frozen=True)
+class Gates:
+    kernel_sqnr_db: float  # against float64 attention on the dequantized inputs
+    lse_atol: float
+    lse_rtol: float
+    end_to_end_factor: float  # max_abs <= factor * max_abs(exact math on the same E4M3 inputs) + floor
+    end_to_end_floor: float
+
+
+# Full tier. lse is fp32. Its softmax sum (<= 2048 terms, relative rounding ~1e-7 each) and the exp2/log2
+# approximations (2 ulp) stay below 1e-4 in the log: an atol of 1e-3 leaves margin without hiding a wrong mask or
+# scale (those move lse by > 0.1). lse also carries the row max, a score with fp32 rounding: 8 ulp of |lse|
+# (2^-20 relative) covers it; measured 5.0e-4 at |lse| ~ 4000 in test_special_inputs[large_scores] on the CPU.
+FULL = Gates(kernel_sqnr_db=40.0, lse_atol=1e-3, lse_rtol=2.0**-20, end_to_end_factor=1.25, end_to_end_floor=0.01)
+# Fast tier: DESIGN.md section 5's gates for it (25 dB, 2x exact + 0.02). Its lse follows scores that the Hopper
+# FP8 tensor cores sum with about 14 significant bits instead of fp32's 24. Measured on this grid (H200, wgmma,
+# 2026-11-21): 1.03e-3 at |lse| < 4 where fp32 sums stay under 5.6e-4, and 1.53 at |lse| ~ 4000 in
+# test_special_inputs[large_scores] (3.8e-4 relative, about 2^-11.4). An atol of 1e-2 and 2^-10 of |lse| leave
+# 2.5x margin on the relative error and 10x on the absolute one, and still catch a wrong mask or scale.
+FAST = Gates(kernel_sqnr_db=25.0, lse_atol=1e-2, lse_rtol=2.0**-10, end_to_end_factor=2.0, end_to_end_floor=0.02)
+
+
+def tier_of(variant):
+    if variant == "fast":
+        return "fast"
+    base = variant.split("+")[0]
+    return next((v.tier for v in sdpa_ext.variants() if v.name == base), "full")
+
+
+def gates_for(variant):
+    return FAST if tier_of(variant) == "fast" else FULL
 
 
 def variants_for(device):
-    return ["auto"] if device == "cpu" else ["auto", *sdpa_ext.variant_names(sdpa_ext.device_arch())]
+    return ["auto"] if device == "cpu" else ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch())]
 
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)
@@ -72,22 +100,26 @@ def run_poisoned(q8, qs, k8, ks, v8, vs, is_causal=False, scale=None, out_dtype=
     return out, lse
 
 
-def check_kernel_error(out, lse, ref_out, ref_lse, record_error):
+def check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant="auto"):
+    g = gates_for(variant)
     sqnr = sqnr_db(out, ref_out)
     lse_diff = (lse.double() - ref_lse).abs()
-    lse_excess = (lse_diff - LSE_ATOL - LSE_RTOL * ref_lse.abs()).max().item()
-    record_error("kernel", sqnr_db=sqnr, lse_max_abs=lse_diff.max().item(), max_abs=abs_errors(out, ref_out)[0])
-    assert sqnr >= KERNEL_SQNR_DB, f"kernel SQNR {sqnr:.1f} dB < {KERNEL_SQNR_DB} dB"
-    assert lse_excess <= 0, f"lse error exceeds {LSE_ATOL} + {LSE_RTOL:.1e} * |lse| by {lse_excess:.2e}"
+    lse_excess = (lse_diff - g.lse_atol - g.lse_rtol * ref_lse.abs()).max().item()
+    record_error(f"kernel-{tier_of(variant)}", sqnr_db=sqnr, lse_max_abs=lse_diff.max().item(),
+                 max_abs=abs_errors(out, ref_out)[0])
+    assert sqnr >= g.kernel_sqnr_db, f"{variant}: kernel SQNR {sqnr:.1f} dB < {g.kernel_sqnr_db} dB"
+    assert lse_excess <= 0, f"{variant}: lse error exceeds {g.lse_atol} + {g.lse_rtol:.1e} * |lse| by {lse_excess:.2e}"
 
 
-def check_end_to_end_error(out, exact_out, sdpa_out, record_error):
+def check_end_to_end_error(out, exact_out, sdpa_out, record_error, variant="auto"):
+    g = gates_for(variant)
     max_abs, mean_abs = abs_errors(out, sdpa_out)
     exact_max_abs, _ = abs_errors(exact_out, sdpa_out)
-    record_error("end_to_end", max_abs=max_abs, mean_abs=mean_abs, exact_max_abs=exact_max_abs,
+    record_error(f"end_to_end-{tier_of(variant)}", max_abs=max_abs, mean_abs=mean_abs, exact_max_abs=exact_max_abs,
                  sqnr_db=sqnr_db(out, sdpa_out))
-    assert max_abs <= 1.25 * exact_max_abs + 0.01, f"max_abs {max_abs:.4f} vs exact-on-FP8 {exact_max_abs:.4f}"
-    assert mean_abs <= 0.02, f"mean_abs {mean_abs:.4f} > 0.02"
+    limit = g.end_to_end_factor * exact_max_abs + g.end_to_end_floor
+    assert max_abs <= limit, f"{variant}: max_abs {max_abs:.4f} > {limit:.4f} (exact-on-FP8 {exact_max_abs:.4f})"
+    assert mean_abs <= 0.02, f"{variant}: mean_abs {mean_abs:.4f} > 0.02"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -102,8 +134,8 @@ def test_matches_references(device, case, seed, record_error):
     for variant in variants_for(device):
         out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, is_causal=is_causal, variant=variant)
         assert out.dtype == torch.float16 and out.shape == q.shape and lse.shape == q.shape[:3]
-        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
-        check_end_to_end_error(out, ref_out, sdpa_out, record_error)
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
+        check_end_to_end_error(out, ref_out, sdpa_out, record_error, variant)
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
@@ -115,7 +147,7 @@ def test_bf16_output_and_custom_scale(device, out_dtype, record_error):
     for variant in variants_for(device):
         out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, True, 0.3, out_dtype, variant)
         assert out.dtype == out_dtype
-        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.3])
@@ -127,7 +159,7 @@ def test_zero_and_negative_softmax_scale(device, scale, record_error):
     ref_out, ref_lse = attention_float64(*deq, is_causal=True, scale=scale)
     for variant in variants_for(device):
         out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, True, scale, torch.float16, variant)
-        check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
 def special_inputs(kind, device):
@@ -160,9 +192,9 @@ def test_special_inputs(device, kind, is_causal, record_error):
         if kind == "zero_heads":
             assert bool((out[0, 3] == 0).all()), "a head of zero values must give exactly zero output"
             # The zero head has no signal for an SQNR; the other batch must still follow the reference.
-            check_kernel_error(out[1:], lse[1:], ref_out[1:], ref_lse[1:], record_error)
+            check_kernel_error(out[1:], lse[1:], ref_out[1:], ref_lse[1:], record_error, variant)
         else:
-            check_kernel_error(out, lse, ref_out, ref_lse, record_error)
+            check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
 def test_every_e4m3_code_decodes_exactly(device):
@@ -216,7 +248,7 @@ def test_drop_in_matches_sdpa(device, dtype, is_causal, record_error):
     sdpa_out = sdpa_float32(q, k, v, is_causal=is_causal)
     check_end_to_end_error(out, exact_out, sdpa_out, record_error)
     # Rounding to a bf16 output alone costs about 59 dB of SQNR (fp16: 77 dB), so 40 dB holds for both.
-    assert sqnr_db(out, exact_out) >= KERNEL_SQNR_DB
+    assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
 
 
 def test_drop_in_rejects_what_it_cannot_do():
@@ -245,5 +277,6 @@ def test_cpu_and_cuda_agree():
     cuda_inputs = [t.cuda() for t in (q8, k8, v8, qs, ks, vs)]
     for variant in variants_for("cuda"):
         out, lse = sdpa_ext.fp8_forward(*cuda_inputs, is_causal=True, variant=variant)
-        assert sqnr_db(out.cpu(), cpu_out) >= KERNEL_SQNR_DB
-        assert bool(((lse.cpu() - cpu_lse).abs() <= LSE_ATOL + LSE_RTOL * cpu_lse.abs()).all())
+        g = gates_for(variant)
+        assert sqnr_db(out.cpu(), cpu_out) >= g.kernel_sqnr_db, variant
+        assert bool(((lse.cpu() - cpu_lse).abs() <= g.lse_atol + g.lse_rtol * cpu_lse.abs()).all()), variant

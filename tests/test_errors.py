@@ -84,7 +84,7 @@ def test_bad_out_dtype_scale_and_variant(device):
     args = valid_args(device)
     expect_error(args, r"out_dtype must be torch.float16 or torch.bfloat16, got Float", out_dtype=torch.float32)
     expect_error(args, r"scale must be finite, got nan", scale=float("nan"))
-    expected = r"variant 'nope' is not available on CPU" if device == "cpu" else r"variant 'nope' is unknown or that toggle combination is not built; valid variants: auto, scalar"
+    expected = r"variant 'nope' is not available on CPU" if device == "cpu" else r"variant 'nope' is unknown or that toggle combination is not built; valid variants: auto, fast, scalar"
     expect_error(args, expected, variant="nope")
 
 

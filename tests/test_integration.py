@@ -5,7 +5,7 @@ import torch
 
 import sdpa_ext
 from conftest import requires_cuda
-from sdpa_ext.variants import TOGGLE_DESCRIPTIONS
+from sdpa_ext.variants import TIERS, TOGGLE_DESCRIPTIONS
 
 
 def qkv(device, seed=0, shape_q=(1, 4, 64, 64), heads_kv=2, seqlen_k=80):
@@ -81,7 +81,7 @@ def test_variants_listing():
     assert "auto" not in names and len(set(names)) == len(names)
     assert [v.stage for v in listed] == sorted(v.stage for v in listed)
     for v in listed:
-        assert v.tier in ("full", "fast") and v.description and set(v.head_dims) >= {64, 128}
+        assert v.tier in TIERS and v.description and set(v.head_dims) >= {64, 128}
         assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"} and v.archs
         assert v.name in names and all(f"{v.name}+{t}" in names for t in v.toggles)
         assert all(t in TOGGLE_DESCRIPTIONS for t in v.toggles)
@@ -90,9 +90,9 @@ def test_variants_listing():
 @requires_cuda
 def test_built_variants_match_the_python_list():
     q8, qs, k8, ks, v8, vs = quantized("cuda")
-    with pytest.raises(RuntimeError, match="valid variants: auto, ") as error:
+    with pytest.raises(RuntimeError, match="valid variants: auto, fast, ") as error:
         sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="nope")
-    built = str(error.value).split("valid variants: auto, ")[1].split("\n")[0].split(", ")
+    built = str(error.value).split("valid variants: auto, fast, ")[1].split("\n")[0].split(", ")
     assert sorted(built) == sorted(sdpa_ext.variant_names())
 
 

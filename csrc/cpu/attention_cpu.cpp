@@ -45,8 +45,9 @@ void fp8_forward_into_cpu(const at::Tensor& q, const at::Tensor& k, const at::Te
                           c10::string_view variant) {
   const AttentionDims d = check_attention_inputs(q, k, v, q_scale, k_scale, v_scale);
   check_attention_outputs(out, lse, q, d);
-  TORCH_CHECK(variant == "auto", "variant '", variant,
-              "' is not available on CPU: the CPU implementation accepts only variant='auto'");
+  TORCH_CHECK(variant == "auto" || variant == "fast", "variant '", variant,
+              "' is not available on CPU: the CPU implementation (fp32, both tiers) accepts only variant='auto' or "
+              "'fast'");
   const float softmax_scale = resolve_softmax_scale(scale, d.head_dim);
 
   const at::Tensor qf = decode_codes(q), kf = decode_codes(k), vf = decode_codes(v);

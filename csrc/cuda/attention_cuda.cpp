@@ -47,7 +47,7 @@ AttentionParams make_params(const at::Tensor& q, const at::Tensor& k, const at::
 
 std::string variant_list() {
   std::ostringstream names;
-  names << "auto";
+  names << "auto, fast";
   for (int i = 0; i < attention_variant_count(); ++i) names << ", " << attention_variant_name(i);
   return names.str();
 }
@@ -67,11 +67,12 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, const at
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const int sm = prop->major * 10 + prop->minor;
   if (variant == "auto") return auto_attention_variant(p, sm);
+  if (variant == "fast") return fast_attention_variant(p, sm);
   const int index = find_attention_variant(canonical_variant(variant).c_str());
   TORCH_CHECK(index >= 0, "variant '", variant, "' is unknown or that toggle combination is not built; valid variants: ",
               variant_list());
-  TORCH_CHECK(sm >= attention_variant_min_sm(index), "variant '", variant, "' needs sm_",
-              attention_variant_min_sm(index), " or newer; this GPU is sm_", sm);
+  TORCH_CHECK(attention_variant_runs_on(index, sm), "variant '", variant, "' needs ", attention_variant_archs(index),
+              "; this GPU is sm_", sm);
   TORCH_CHECK(attention_variant_aligned(index, p), "variant '", variant,
               "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
               "bytes); use variant='auto' or 'scalar' for these inputs");

@@ -34,18 +34,29 @@ __device__ __forceinline__ float group_sum(float x) {
   return x;
 }
 
-// Which (batch, query head, kv head) a flat block index belongs to, with `blocks_per_head` query tiles per head.
+// Which (batch, query head, kv head) and query tile a block works on.
 struct HeadCoords {
   int batch, head_q, head_kv, tile;
 };
-__device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {
+__device__ __forceinline__ HeadCoords coords_of(const AttentionParams& p, int head, int tile) {
   HeadCoords c;
-  c.tile = blockIdx.x % blocks_per_head;
-  const int head = blockIdx.x / blocks_per_head;
+  c.tile = tile;
   c.head_q = head % p.heads_q;
   c.batch = head / p.heads_q;
   c.head_kv = c.head_q / (p.heads_q / p.heads_kv);
   return c;
+}
+// Flat block index -> coordinates, with `blocks_per_head` query tiles per head: the tiles of one head are
+// consecutive blocks.
+__device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {
+  return coords_of(p, blockIdx.x / blocks_per_head, blockIdx.x % blocks_per_head);
+}
+// The same for a causal grid ordered heaviest first: blocks go through the query tiles from the last (which sees
+// every key) to the first, all heads of one tile before the next tile, so that the last wave holds the cheapest
+// blocks instead of leaving a few long ones running alone.
+__device__ __forceinline__ HeadCoords head_coords_heavy_first(const AttentionParams& p, int blocks_per_head) {
+  const int heads = p.batch * p.heads_q;
+  return coords_of(p, blockIdx.x % heads, blocks_per_head - 1 - static_cast<int>(blockIdx.x) / heads);
 }
 
 // The largest key index + 1 that any query row in [row0, row0 + rows) may attend to.
@@ -80,15 +91,15 @@ struct RowSoftmax {
   __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
 };
 
-// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid.
-template <typename Kernel>
-cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, const AttentionParams& p,
-                             cudaStream_t stream) {
+// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid with the given arguments.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                             const Args&... args) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
       err != cudaSuccess) {
     return err;
   }
-  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(p);
+  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(args...);
   return cudaGetLastError();
 }
 

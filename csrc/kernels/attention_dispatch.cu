@@ -1,5 +1,7 @@
-// The variant table: every built name[+toggle...] with its launcher, and the choice behind variant="auto".
+// The variant table: every built name[+toggle...] with its launcher, and the choices behind variant="auto" and
+// variant="fast".
 #include <cstring>
+#include <string>
 
 #include "launch.h"
 #include "variant_launchers.h"
@@ -12,23 +14,25 @@ struct VariantEntry {
   AttentionLauncher launch;
   bool needs_aligned_rows;  // 16-byte loads (cp.async or vector loads) of q, k and v rows
   int min_sm;               // FP8 mma.sync needs sm_89
+  int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
 };
 
 constexpr VariantEntry kVariants[] = {
-    {"scalar", &launch_scalar, false, 80},
-    {"cp_async", &launch_cp_async, true, 80},
-    {"wmma", &launch_wmma, false, 80},
-    {"fused_softmax", &launch_fused_softmax, true, 80},
-    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80},
-    {"pipe3", &launch_pipe3, true, 80},
-    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80},
-    {"warp_spec", &launch_warp_spec, true, 80},
-    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80},
-    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80},
-    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80},
-    {"fp8_mma", &launch_fp8_mma, true, 89},
-    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89},
-    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89},
+    {"scalar", &launch_scalar, false, 80, 0},
+    {"cp_async", &launch_cp_async, true, 80, 0},
+    {"wmma", &launch_wmma, false, 80, 0},
+    {"fused_softmax", &launch_fused_softmax, true, 80, 0},
+    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, 0},
+    {"pipe3", &launch_pipe3, true, 80, 0},
+    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, 0},
+    {"warp_spec", &launch_warp_spec, true, 80, 0},
+    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, 0},
+    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0},
+    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0},
+    {"fp8_mma", &launch_fp8_mma, true, 89, 0},
+    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0},
+    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0},
+    {"wgmma", &launch_wgmma, true, 90, 90},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -50,6 +54,12 @@ const char* auto_variant_name(const AttentionParams& p) {
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
   return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }
+
+// The fast tier adds `wgmma` on sm_90 from 1024 keys on (H200, 2026-11-21: 4x16x2048x128 270.5 us against 823.3 us
+// for warp_spec+2producers+swizzle, 1x16x8192x128 861.6 against 2756.5 us); at the mission shape 1x8x512x64 its 32
+// blocks of 128 rows leave most of the GPU idle (10.8 us against 9.5 us).
+bool fast_prefers_wgmma(const AttentionParams& p, int sm) { return sm == 90 && p.seqlen_k >= 1024; }
+
 }  // namespace
 
 int attention_variant_count() { return kVariantCount; }
@@ -65,7 +75,16 @@ int find_attention_variant(const char* name) {
   return -1;
 }
 
-int attention_variant_min_sm(int variant) { return kVariants[variant].min_sm; }
+bool attention_variant_runs_on(int variant, int sm) {
+  const VariantEntry& v = kVariants[variant];
+  return sm >= v.min_sm && (v.max_sm == 0 || sm <= v.max_sm);
+}
+
+std::string attention_variant_archs(int variant) {
+  const VariantEntry& v = kVariants[variant];
+  if (v.max_sm == v.min_sm) return "sm_" + std::to_string(v.min_sm);
+  return "sm_" + std::to_string(v.min_sm) + (v.max_sm == 0 ? " or newer" : " to sm_" + std::to_string(v.max_sm));
+}
 
 bool attention_variant_aligned(int variant, const AttentionParams& p) {
   return !kVariants[variant].needs_aligned_rows ||
@@ -76,9 +95,16 @@ bool attention_variant_aligned(int variant, const AttentionParams& p) {
 
 int auto_attention_variant(const AttentionParams& p, int sm) {
   const int fastest = find_attention_variant(auto_variant_name(p));
-  return attention_variant_aligned(fastest, p) && sm >= attention_variant_min_sm(fastest)
+  return attention_variant_aligned(fastest, p) && attention_variant_runs_on(fastest, sm)
              ? fastest
              : find_attention_variant("scalar");
+}
+
+int fast_attention_variant(const AttentionParams& p, int sm) {
+  const int wgmma = find_attention_variant("wgmma");
+  return fast_prefers_wgmma(p, sm) && attention_variant_aligned(wgmma, p) && attention_variant_runs_on(wgmma, sm)
+             ? wgmma
+             : auto_attention_variant(p, sm);
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

@@ -111,8 +111,9 @@ __device__ __forceinline__ void issue_fp8_tile(uint8_t* ring, typename Cfg::Rows
   if (tile < tiles) {
     uint8_t* slot = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileBytes;
     k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
-    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot, k_rows, Cfg::kThreads);
-    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot + Cfg::kTileBytes, v_rows, Cfg::kThreads);
+    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot, k_rows, threadIdx.x, Cfg::kThreads);
+    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot + Cfg::kTileBytes, v_rows, threadIdx.x,
+                                                                        Cfg::kThreads);
   }
   cp_async_commit();
 }
@@ -156,7 +157,7 @@ struct Fp8Variant {
     using Cfg = Fp8Config<kHeadDim, kWarps, kStages>;
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_fp8_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
-                            Cfg::kThreads, Cfg::kSmemBytes, p, stream);
+                            Cfg::kThreads, Cfg::kSmemBytes, stream, p);
   }
 };
 

@@ -47,21 +47,6 @@ struct MmaConfig {
   using Layout = HalfTileLayout<kHeadDim, kSwizzle>;
 };
 
-// Converts 16 consecutive codes of one row into two swizzled 16-byte fp16 chunks.
-template <class Layout>
-__device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col, uint4 codes) {
-  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t halves[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    halves[2 * i] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] & 0xFFFFu));
-    halves[2 * i + 1] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] >> 16));
-  }
-  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
-  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) =
-      make_uint4(halves[4], halves[5], halves[6], halves[7]);
-}
-
 // Per-warp state of the FlashAttention-2 loop: 16 query rows; this lane holds rows g and g + 8 (g = lane / 4).
 template <class Cfg>
 struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
@@ -117,16 +102,6 @@ struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
     }
   }
 
-  template <typename OutT>
-  __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
-    finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        out[dt * 8 + 2 * (lane % 4)] = from_float<OutT>(o[dt][2 * r] * out_scale);
-        out[dt * 8 + 2 * (lane % 4) + 1] = from_float<OutT>(o[dt][2 * r + 1] * out_scale);
-      }
-    });
-  }
 };
 
 // All threads load (cp.async ring of raw codes), decode the current tile to fp16, and compute.
@@ -142,8 +117,8 @@ __device__ __forceinline__ void run_cooperative(WarpAttention<Cfg>& w, unsigned 
     if (tile < tiles) {
       uint8_t* stage = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileCodes;
       k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
-      copy_tile_async(stage, k_rows, Cfg::kThreads);
-      copy_tile_async(stage + Cfg::kTileCodes, v_rows, Cfg::kThreads);
+      copy_tile_async(stage, k_rows, threadIdx.x, Cfg::kThreads);
+      copy_tile_async(stage + Cfg::kTileCodes, v_rows, threadIdx.x, Cfg::kThreads);
     }
     cp_async_commit();  // an empty group past the end keeps the wait count uniform
   };
@@ -233,7 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
   } else {
     run_cooperative<Cfg>(w, smem, k_rows, v_rows, tiles, p, lane);
   }
-  w.template finish<OutT>(p, c, lane);
+  w.template store_output<OutT>(p, c, lane);
 }
 
 template <int kStages, bool kSwizzle, int kProducers>
@@ -243,7 +218,7 @@ struct MmaVariant {
     using Cfg = MmaConfig<kHeadDim, kStages, kSwizzle, kProducers>;
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_mma_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
-                            Cfg::kThreads, Cfg::kSmemBytes, p, stream);
+                            Cfg::kThreads, Cfg::kSmemBytes, stream, p);
   }
 };
 

@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
     if (tile < tiles) {
       uint8_t* slot = ring + (tile % kStages) * 2 * Smem::kTileCodes;
       k_rows.key0 = v_rows.key0 = tile * T::kBlockN;
-      copy_tile_async(slot, k_rows, T::kThreads);
-      copy_tile_async(slot + Smem::kTileCodes, v_rows, T::kThreads);
+      copy_tile_async(slot, k_rows, threadIdx.x, T::kThreads);
+      copy_tile_async(slot + Smem::kTileCodes, v_rows, threadIdx.x, T::kThreads);
     }
     cp_async_commit();
   };
@@ -165,7 +165,7 @@ struct ScalarVariant {
     const int blocks_per_head = (p.seqlen_q + ScalarTiles::kBlockM - 1) / ScalarTiles::kBlockM;
     return launch_with_smem(attention_scalar_kernel<kHeadDim, kStages, OutT>,
                             static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, ScalarTiles::kThreads,
-                            ScalarSmem<kHeadDim, kStages>::kBytes, p, stream);
+                            ScalarSmem<kHeadDim, kStages>::kBytes, stream, p);
   }
 };
 

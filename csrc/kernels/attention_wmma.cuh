@@ -166,7 +166,7 @@ struct WmmaVariant {
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_wmma_kernel<kHeadDim, OutT>,
                             static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
-                            Cfg::kSmemBytes, p, stream);
+                            Cfg::kSmemBytes, stream, p);
   }
 };
 

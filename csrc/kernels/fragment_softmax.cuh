@@ -18,6 +18,10 @@ struct ScoreScale {
   bool flip_q;
   __device__ explicit ScoreScale(float product)
       : log2_units(fmaxf(fabsf(product * kLog2e), FLT_MIN)), flip_q(product < 0.0f) {}
+  // The scale of one head: q_scale * k_scale * softmax_scale.
+  __device__ ScoreScale(const AttentionParams& p, const HeadCoords& c)
+      : ScoreScale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
+                   p.softmax_scale) {}
 };
 
 // Masks keys past seqlen_k (and above the diagonal when causal) of a tile of raw scores; only tiles that
@@ -40,24 +44,19 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int ke
   return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 > first_row);
 }
 
-// Folds a tile of raw scores into the running max/sum of the lane's two rows, rescales the O accumulators, and
-// leaves P = exp2(S * scale - max) in s (one FFMA and one MUFU per score). The row sums stay per lane until the
-// epilogue reduces them over the quad.
-template <int kNTiles, int kOTiles>
-__device__ __forceinline__ void online_softmax_tile(float (&s)[kNTiles][4], float (&o)[kOTiles][4],
-                                                    RowSoftmax (&softmax)[2], float scale) {
+// Folds a tile of raw scores into the running max/sum of the lane's two rows and leaves P = exp2(S * scale - max)
+// in s (one FFMA and one MUFU per score); correction[r] is the factor that rescales row r's O accumulators. The row
+// sums stay per lane until the epilogue reduces them over the quad.
+template <int kNTiles>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[kNTiles][4], RowSoftmax (&softmax)[2], float scale,
+                                                      float (&correction)[2]) {
   float offset[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float tile_max = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-    const float correction = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
-#pragma unroll
-    for (int dt = 0; dt < kOTiles; ++dt) {
-      o[dt][2 * r] *= correction;
-      o[dt][2 * r + 1] *= correction;
-    }
+    correction[r] = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
   }
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
@@ -66,6 +65,15 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNTiles][4], floa
       s[nt][i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
       softmax[i / 2].sum += s[nt][i];
     }
+  }
+}
+
+template <int kOTiles>
+__device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float (&correction)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < kOTiles; ++dt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[dt][i] *= correction[i / 2];
   }
 }
 
@@ -115,17 +123,37 @@ struct FragmentRows {
     first_row = row0 + warp * 16;
     row[0] = first_row + lane / 4;
     row[1] = row[0] + 8;
-    const ScoreScale scale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                           p.softmax_scale);
+    const ScoreScale scale(p, c);
     score_scale = scale.log2_units;
     return scale.flip_q;
   }
 
-  // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_tile).
+  // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_scores); O must then be
+  // rescaled by `correction` before the tile's P V adds to it.
+  template <int kNTiles>
+  __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
+                                          float (&correction)[2]) {
+    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
+    online_softmax_scores(s, softmax, score_scale, correction);
+  }
+  // The same, rescaling O at once (when no P V is in flight).
   template <int kNTiles>
   __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane) {
-    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
-    online_softmax_tile(s, o, softmax, score_scale);
+    float correction[2];
+    scores_to_probabilities(s, key0, p, lane, correction);
+    rescale_rows(o, correction);
+  }
+
+  // Writes O / rowsum * v_scale and the lse of the lane's rows; o[dt] holds dims 8 dt + 2 (lane % 4) and + 1.
+  template <typename OutT>
+  __device__ void store_output(const AttentionParams& p, const HeadCoords& c, int lane) {
+    finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
+#pragma unroll
+      for (int dt = 0; dt < kOTiles; ++dt) {
+        out[dt * 8 + 2 * (lane % 4)] = from_float<OutT>(o[dt][2 * r] * out_scale);
+        out[dt * 8 + 2 * (lane % 4) + 1] = from_float<OutT>(o[dt][2 * r + 1] * out_scale);
+      }
+    });
   }
 };
 

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "params.h"
 
 namespace sdpa {
@@ -15,10 +17,14 @@ const char* attention_variant_name(int index);
 int find_attention_variant(const char* name);
 // Whether a variant can read these inputs (some need 16-byte aligned q/k/v rows).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
-// The oldest compute capability (e.g. 89) a variant runs on.
-int attention_variant_min_sm(int variant);
-// The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90).
+// Whether a variant runs on a GPU of compute capability sm (e.g. 89), and those archs in words ("sm_89 or
+// newer", "sm_90").
+bool attention_variant_runs_on(int variant, int sm);
+std::string attention_variant_archs(int variant);
+// The variant "auto" runs for these inputs on a GPU of compute capability sm (e.g. 90): the fastest of the full
+// precision tier. "fast" picks among every variant, the fast tier included (DESIGN.md section 5).
 int auto_attention_variant(const AttentionParams& params, int sm);
+int fast_attention_variant(const AttentionParams& params, int sm);
 
 // Enqueues the attention on `stream`; returns the launch error, if any.
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream);

@@ -41,13 +41,30 @@ struct SwizzledCodeLayout {
   }
 };
 
-// Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0.
+// Converts 16 consecutive codes of one row into two 16-byte fp16 chunks at Layout::offset (in halves).
+template <class Layout>
+__device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col, uint4 codes) {
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t halves[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    halves[2 * i] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] & 0xFFFFu));
+    halves[2 * i + 1] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] >> 16));
+  }
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) =
+      make_uint4(halves[4], halves[5], halves[6], halves[7]);
+}
+
+// Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
+// `thread` of the `threads` taking part copies chunks thread, thread + threads, ...
 template <int kRows, int kCols, class Layout = DenseCodeLayout<kCols>>
-__device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int threads) {
+__device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int thread,
+                                                int threads) {
   // Not unrolled: unrolling hoists one 64-bit source address per chunk out of the key loop, and ptxas then
   // spills them (fp8_mma at D = 128, nvcc 13.0); cp.async does not wait, so the loop costs only its few ALU ops.
 #pragma unroll 1
-  for (int ch = threadIdx.x; ch < TileRows<kRows, kCols>::kChunks; ch += threads) {
+  for (int ch = thread; ch < TileRows<kRows, kCols>::kChunks; ch += threads) {
     cp_async_16(dst + Layout::offset(rows.row(ch), rows.col(ch)), rows.src(ch), rows.valid(ch));
   }
 }

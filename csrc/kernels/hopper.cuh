@@ -1,0 +1,200 @@
+// Thin wrappers over Hopper's own instructions (sm_90a): wgmma with its fences and shared-memory matrix
+// descriptors, the tensor memory accelerator (TMA) with mbarriers, and setmaxnreg. Everything here exists only in
+// the sm_90a target; other targets compile the wrappers to nothing or a trap, and the host never launches a
+// kernel that uses them below sm_90.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+
+#include "ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SDPA_HAS_SM90A 1
+#else
+#define SDPA_HAS_SM90A 0
+#endif
+
+namespace sdpa {
+
+// The 64-bit shared-memory matrix descriptor of wgmma: start address, leading and stride byte offsets (all in
+// 16-byte units) and the swizzle mode of the canonical layout (64- or 128-byte XOR swizzle). The swizzle is a
+// function of the absolute shared-memory address, so swizzled tiles start on 1024-byte boundaries.
+__device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t leading_bytes, uint32_t stride_bytes,
+                                                    int swizzle_bytes) {
+  const uint64_t mode = swizzle_bytes == 128 ? 1 : 2;
+  return static_cast<uint64_t>((smem_address(start) & 0x3FFFF) >> 4) |
+         static_cast<uint64_t>(leading_bytes >> 4) << 16 | static_cast<uint64_t>(stride_bytes >> 4) << 32 |
+         mode << 62;
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if SDPA_HAS_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if SDPA_HAS_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if SDPA_HAS_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Generic-proxy writes to shared memory (st.shared, cp.async) become visible to wgmma's reads only after this
+// fence in the writing thread, before the barrier that hands the tile over.
+__device__ __forceinline__ void fence_proxy_async() {
+#if SDPA_HAS_SM90A
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// mbarrier: a shared-memory barrier whose phase completes when `count` threads arrived and the transaction bytes
+// they announced have landed (TMA copies count their bytes down on it).
+__device__ __forceinline__ void mbarrier_init(const void* bar, int count) {
+#if SDPA_HAS_SM90A
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count) : "memory");
+#endif
+}
+// Makes initialized mbarriers visible to the TMA unit (the async proxy); then a barrier among the users.
+__device__ __forceinline__ void fence_mbarrier_init() {
+#if SDPA_HAS_SM90A
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(const void* bar, int bytes) {
+#if SDPA_HAS_SM90A
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_address(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+// Blocks until the phase with this parity (0, 1, 0, ... for successive uses) has completed.
+__device__ __forceinline__ void mbarrier_wait(const void* bar, int parity) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// TMA: copies the box of a 4-D tensor map at coordinates (c0 innermost ... c3) into shared memory (laid out and
+// swizzled as the map says; elements outside the tensor read as zero) and counts the bytes down on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap& map, int c0, int c1, int c2, int c3,
+                                            const void* bar) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_address(bar))
+      : "memory");
+#endif
+}
+
+// Moves registers between warpgroups; needs a register cap at kernel entry (__launch_bounds__(threads, 1)).
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if SDPA_HAS_SM90A
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if SDPA_HAS_SM90A
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+// Pins accumulator or fragment registers at this point of the instruction stream: the compiler sees wgmma's
+// register operands only when it is issued, so without this it could read results before wgmma_wait or reuse
+// an A-fragment register while the tensor cores still read it.
+template <int kRows, int kCols>
+__device__ __forceinline__ void pin_registers(float (&r)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+  }
+}
+template <int kRows, int kCols>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// The m64nN accumulators of a warpgroup, as this thread's N / 8 n-tiles of the mma.sync C layout: the warp's
+// 16 rows, lane l holding rows l / 4 and l / 4 + 8 at columns 2 (l % 4) and 2 (l % 4) + 1 of each 8 columns.
+#define SDPA_ACC_TILE(d, t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
+#define SDPA_ACC_TILES_0_7(d)                                                                                      \
+  SDPA_ACC_TILE(d, 0), SDPA_ACC_TILE(d, 1), SDPA_ACC_TILE(d, 2), SDPA_ACC_TILE(d, 3), SDPA_ACC_TILE(d, 4),        \
+      SDPA_ACC_TILE(d, 5), SDPA_ACC_TILE(d, 6), SDPA_ACC_TILE(d, 7)
+#define SDPA_ACC_TILES_8_15(d)                                                                                     \
+  SDPA_ACC_TILE(d, 8), SDPA_ACC_TILE(d, 9), SDPA_ACC_TILE(d, 10), SDPA_ACC_TILE(d, 11), SDPA_ACC_TILE(d, 12),     \
+      SDPA_ACC_TILE(d, 13), SDPA_ACC_TILE(d, 14), SDPA_ACC_TILE(d, 15)
+#define SDPA_ACC_32                                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define SDPA_ACC_64                                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "   \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// D (64 x 128, fp32) = A B (+ D when accumulate): A 64 x 32 and B 32 x 128 E4M3 codes, both K-major in shared
+// memory. Products of E4M3 values are exact; the sum is fp32.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " SDPA_ACC_64 ", %64, %65, p, 1, 1;\n}\n"
+      : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  __trap();
+#endif
+}
+
+// D (64 x N, fp32) += A B: A 64 x 16 fp16 from registers (the mma.sync m16n8k16 A fragment of each warp's 16
+// rows), B 16 x N fp16 from shared memory, N-major (imm-trans-b = 1).
+__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+#if SDPA_HAS_SM90A
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+               : SDPA_ACC_TILES_0_7(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+#if SDPA_HAS_SM90A
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64
+               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+               : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n64k16_f16_rs(d, a, b);
+}
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+  wgmma_m64n128k16_f16_rs(d, a, b);
+}
+
+#undef SDPA_ACC_TILE
+#undef SDPA_ACC_TILES_0_7
+#undef SDPA_ACC_TILES_8_15
+#undef SDPA_ACC_32
+#undef SDPA_ACC_64
+
+}  // namespace sdpa
