@@ -32,7 +32,8 @@ void print_sizes() {
       {"fp8_mma", Fp8Config<kHeadDim, 4, 2>::kSmemBytes},
       {"fp8_mma_m32", Fp8Config<kHeadDim, 2, 2>::kSmemBytes},
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
-      {"wgmma", WgmmaConfig<kHeadDim, kWgmmaStages>::kSmemBytes},
+      {"wgmma", WgmmaConfig<kHeadDim, false>::kSmemBytes},
+      {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
 }

@@ -61,11 +61,14 @@ _VARIANTS = (
             "batches", archs=FP8_ARCHS, aligned_rows=True),
     Variant("fp8_mma_m16", 6, "full", (), "fp8_mma with 16-row query tiles (1 warp): four times the blocks",
             archs=FP8_ARCHS, aligned_rows=True),
-    Variant("wgmma", 7, "fast", (), "Hopper warpgroup MMA: e4m3 wgmma for QK^T on the codes, fp16 wgmma for PV "
-            "with P (fp16) from registers; a producer warpgroup (TMA ring of 3 slots, V decoded to fp16) feeds two "
-            "consumer warpgroups of 64 query rows that take turns on the tensor cores; fast tier because the FP8 "
-            "tensor cores sum QK^T with about 14 significant bits (lse off by up to 1.0e-3 where fp32 sums stay "
-            "under 5.6e-4)", archs=HOPPER_ARCHS, aligned_rows=True),
+    Variant("wgmma", 7, "full", (), "Hopper warpgroup MMA: a producer warpgroup (TMA ring of 3 slots) decodes Q, "
+            "K and V to fp16 (exact); two consumer warpgroups of 64 query rows run fp16 wgmma for QK^T (fp32 sums), "
+            "the register softmax and fp16 wgmma for PV with P from registers, taking turns on the tensor cores",
+            archs=HOPPER_ARCHS, aligned_rows=True),
+    Variant("wgmma_fp8", 7, "fast", (), "wgmma with e4m3 wgmma for QK^T straight on the codes (only V decoded); "
+            "fast tier because the Hopper FP8 tensor cores sum QK^T with about 14 significant bits (lse off by up "
+            "to 1.0e-3 at |lse| < 4 and 1.5 at |lse| ~ 4000, where fp32 sums stay under 5.6e-4)",
+            archs=HOPPER_ARCHS, aligned_rows=True),
 )
 
 TOGGLE_DESCRIPTIONS = {

@@ -128,3 +128,22 @@ def test_unaligned_rows_fall_back_or_explain():
     for name in unaligned:
         with pytest.raises(RuntimeError, match=f"variant '{name}' needs q, k and v rows aligned to 16 bytes"):
             sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs, variant=name)
+
+
+@requires_cuda
+def test_broadcast_kv_falls_back_or_explains():
+    # One K/V head shared by both batch entries through stride 0 (expand), with enough keys that auto would pick
+    # a TMA variant on sm_90: TMA descriptors cannot step a dimension of stride 0.
+    q, k, v = qkv("cuda", seed=5, shape_q=(1, 4, 64, 64), heads_kv=2, seqlen_k=1100)
+    q8, qs = sdpa_ext.quantize_fp8(q.expand(2, -1, -1, -1).contiguous())
+    (k8, ks), (v8, vs) = (sdpa_ext.quantize_fp8(t) for t in (k, v))
+    k8b, v8b = (t.expand(2, -1, -1, -1) for t in (k8, v8))
+    ksb, vsb = (s.expand(2, -1).contiguous() for s in (ks, vs))
+    expected = sdpa_ext.fp8_forward(q8, k8b.contiguous(), v8b.contiguous(), qs, ksb, vsb, variant="scalar")
+    out, lse = sdpa_ext.fp8_forward(q8, k8b, v8b, qs, ksb, vsb)
+    assert (out.float() - expected[0].float()).abs().max().item() < 2e-3
+    assert (lse - expected[1]).abs().max().item() < 1e-3
+    for v in sdpa_ext.variants():
+        if v.name.startswith("wgmma") and sdpa_ext.device_arch() in v.archs:
+            with pytest.raises(RuntimeError, match="no stride 0 on a dimension longer than 1"):
+                sdpa_ext.fp8_forward(q8, k8b, v8b, qs, ksb, vsb, variant=v.name)

@@ -75,7 +75,8 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, const at
               "; this GPU is sm_", sm);
   TORCH_CHECK(attention_variant_aligned(index, p), "variant '", variant,
               "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
-              "bytes); use variant='auto' or 'scalar' for these inputs");
+              "bytes", attention_variant_uses_tma(index) ? ", and no stride 0 on a dimension longer than 1" : "",
+              "); use variant='auto' or 'scalar' for these inputs");
   return index;
 }
 

@@ -15,30 +15,38 @@ struct VariantEntry {
   bool needs_aligned_rows;  // 16-byte loads (cp.async or vector loads) of q, k and v rows
   int min_sm;               // FP8 mma.sync needs sm_89
   int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
+  bool tma;                 // loads through TMA descriptors, which cannot step a dimension with stride 0
 };
 
 constexpr VariantEntry kVariants[] = {
-    {"scalar", &launch_scalar, false, 80, 0},
-    {"cp_async", &launch_cp_async, true, 80, 0},
-    {"wmma", &launch_wmma, false, 80, 0},
-    {"fused_softmax", &launch_fused_softmax, true, 80, 0},
-    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, 0},
-    {"pipe3", &launch_pipe3, true, 80, 0},
-    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, 0},
-    {"warp_spec", &launch_warp_spec, true, 80, 0},
-    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, 0},
-    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0},
-    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0},
-    {"fp8_mma", &launch_fp8_mma, true, 89, 0},
-    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0},
-    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0},
-    {"wgmma", &launch_wgmma, true, 90, 90},
+    {"scalar", &launch_scalar, false, 80, 0, false},
+    {"cp_async", &launch_cp_async, true, 80, 0, false},
+    {"wmma", &launch_wmma, false, 80, 0, false},
+    {"fused_softmax", &launch_fused_softmax, true, 80, 0, false},
+    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, 0, false},
+    {"pipe3", &launch_pipe3, true, 80, 0, false},
+    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, 0, false},
+    {"warp_spec", &launch_warp_spec, true, 80, 0, false},
+    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, 0, false},
+    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0, false},
+    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0, false},
+    {"fp8_mma", &launch_fp8_mma, true, 89, 0, false},
+    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0, false},
+    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false},
+    {"wgmma", &launch_wgmma, true, 90, 90, true},
+    {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
 bool rows_aligned(const uint8_t* base, int64_t batch_stride, int64_t head_stride, int64_t row_stride) {
   return reinterpret_cast<uintptr_t>(base) % 16 == 0 && batch_stride % 16 == 0 && head_stride % 16 == 0 &&
          row_stride % 16 == 0;
+}
+
+// A broadcast (expanded) dimension has stride 0; a dimension of size 1 is never stepped over.
+bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, int64_t head_stride,
+                       int64_t row_stride) {
+  return (batch == 1 || batch_stride > 0) && (heads == 1 || head_stride > 0) && (seqlen == 1 || row_stride > 0);
 }
 
 // Fastest full-tier variant by head dim and key length, from `python -m sdpa_ext.bench --preset sweep [--causal]`
@@ -50,14 +58,17 @@ bool rows_aligned(const uint8_t* base, int64_t batch_stride, int64_t head_stride
 //            2816 us); from 1024 to 4096 keys fused_softmax+swizzle is best or within 4.2% (1024: 53.5 vs 65.6 us
 //            for warp_spec). fp8_mma is never more than 2.9% ahead (4x16x2048x128: 722.8 vs 743.6 us), so auto
 //            keeps to the variants that also run on sm_80.
-const char* auto_variant_name(const AttentionParams& p) {
+// On sm_90 the full-tier `wgmma` takes over from 1024 keys (H200, 2026-11-21, 4x16x2048xD and 1x16x8192x128,
+// causal or not: 228.2 against 306.9 us at D = 64, 416.8 against 823.3 us and 1441.0 against 2756.5 us at
+// D = 128); at the mission shape 1x8x512x64 its 32 blocks of 128 rows leave most of the GPU idle.
+const char* auto_variant_name(const AttentionParams& p, int sm) {
+  if (sm == 90 && p.seqlen_k >= 1024) return "wgmma";
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
   return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }
 
-// The fast tier adds `wgmma` on sm_90 from 1024 keys on (H200, 2026-11-21: 4x16x2048x128 270.5 us against 823.3 us
-// for warp_spec+2producers+swizzle, 1x16x8192x128 861.6 against 2756.5 us); at the mission shape 1x8x512x64 its 32
-// blocks of 128 rows leave most of the GPU idle (10.8 us against 9.5 us).
+// The fast tier swaps in `wgmma_fp8` for it (H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us for wgmma,
+// 1x16x8192x128 917.5 against 1441.0 us, 4x16x2048x64 214.9 against 228.2 us).
 bool fast_prefers_wgmma(const AttentionParams& p, int sm) { return sm == 90 && p.seqlen_k >= 1024; }
 
 }  // namespace
@@ -86,22 +97,29 @@ std::string attention_variant_archs(int variant) {
   return "sm_" + std::to_string(v.min_sm) + (v.max_sm == 0 ? " or newer" : " to sm_" + std::to_string(v.max_sm));
 }
 
+bool attention_variant_uses_tma(int variant) { return kVariants[variant].tma; }
+
 bool attention_variant_aligned(int variant, const AttentionParams& p) {
-  return !kVariants[variant].needs_aligned_rows ||
-         (rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
-          rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
-          rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
+  const bool aligned = !kVariants[variant].needs_aligned_rows ||
+                       (rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
+                        rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
+                        rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
+  return aligned &&
+         (!kVariants[variant].tma ||
+          (strides_steppable(p.batch, p.heads_q, p.seqlen_q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
+           strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
+           strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.v_batch_stride, p.v_head_stride, p.v_row_stride)));
 }
 
 int auto_attention_variant(const AttentionParams& p, int sm) {
-  const int fastest = find_attention_variant(auto_variant_name(p));
+  const int fastest = find_attention_variant(auto_variant_name(p, sm));
   return attention_variant_aligned(fastest, p) && attention_variant_runs_on(fastest, sm)
              ? fastest
              : find_attention_variant("scalar");
 }
 
 int fast_attention_variant(const AttentionParams& p, int sm) {
-  const int wgmma = find_attention_variant("wgmma");
+  const int wgmma = find_attention_variant("wgmma_fp8");
   return fast_prefers_wgmma(p, sm) && attention_variant_aligned(wgmma, p) && attention_variant_runs_on(wgmma, sm)
              ? wgmma
              : auto_attention_variant(p, sm);

@@ -1,4 +1,4 @@
-// The Hopper variant (sm_90a): wgmma fed by TMA and a producer warpgroup. Host side: the TMA descriptors.
+// The Hopper variants (sm_90a): wgmma fed by TMA and a producer warpgroup. Host side: the TMA descriptors.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention_wgmma.cuh"
@@ -48,12 +48,12 @@ cudaError_t encode_code_map(CUtensorMap* map, const uint8_t* base, int batch, in
 
 }  // namespace
 
-cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, WgmmaMaps* maps) {
+cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, bool swizzle_qk, WgmmaMaps* maps) {
   cudaError_t err = encode_code_map(&maps->q, p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_batch_stride,
-                                    p.q_head_stride, p.q_row_stride, q_rows, true);
+                                    p.q_head_stride, p.q_row_stride, q_rows, swizzle_qk);
   if (err == cudaSuccess) {
     err = encode_code_map(&maps->k, p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.k_batch_stride,
-                          p.k_head_stride, p.k_row_stride, kv_rows, true);
+                          p.k_head_stride, p.k_row_stride, kv_rows, swizzle_qk);
   }
   if (err == cudaSuccess) {
     err = encode_code_map(&maps->v, p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
@@ -62,6 +62,9 @@ cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, W
   return err;
 }
 
-cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) { return launch_variant<WgmmaVariant<kWgmmaStages>>(p, s); }
+cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) { return launch_variant<WgmmaVariant<false>>(p, s); }
+cudaError_t launch_wgmma_fp8(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<true>>(p, s);
+}
 
 }  // namespace sdpa

@@ -1,28 +1,31 @@
-// The Hopper variant `wgmma` (sm_90a): warpgroup MMA with a producer warpgroup, FlashAttention-3 style.
+// The Hopper variants (sm_90a): warpgroup MMA with a producer warpgroup, FlashAttention-3 style.
+//   wgmma      full tier: Q and K decoded to fp16 (exact), S = Q K^T by fp16 wgmma with fp32 sums
+//   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
+//              about 14 significant bits (lse off by up to 1.0e-3, and by 1.5 at |lse| ~ 4000, where fp32 sums
+//              stay under 5.6e-4 and 5.0e-4)
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
-//   producer     one thread starts TMA copies of the block's Q codes once and of each K/V tile (kBlockN = 128
-//                keys) into a ring of kStages slots; the warpgroup decodes V to fp16 in shared memory (the fp16 B
-//                operand of P V), flips the sign of Q's codes when the scale product is negative, and hands each
-//                slot over with a named barrier.
+//   producer     one thread starts TMA copies of the block's Q codes once and of each K/V tile (kBlockN keys)
+//                into a ring of kStages slots; the warpgroup decodes V (and for `wgmma` Q and K) to fp16 in shared
+//                memory, flips the sign of Q when the scale product is negative, and hands each slot over with a
+//                named barrier.
 //   2 consumers  64 query rows each; per tile
-//                  S = Q K^T   wgmma m64n128k32 e4m3 on the raw codes, both from shared memory (exact products,
-//                              fp32 sums)
+//                  S = Q K^T   wgmma from shared memory (see above)
 //                  softmax     in registers: wgmma's accumulators are, per warp, the m16n8 C layout of 16 rows,
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
-// P stays fp16: the full precision tier. Producers give up registers (setmaxnreg) to the consumers, which hold
-// S (64 floats), P (32 words) and O (D / 2 floats) per thread.
+// P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats),
+// P (kBlockN / 4 words) and O (D / 2 floats) per thread.
 //
 // Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits):
-//   Q codes [128][D], then per slot K codes [128][D], V codes [128][D] (staging), V fp16 as D / 64 panels of
-//   [128 keys][64 dims], then the mbarriers of the TMA copies. Q and K use the TMA's (and wgmma's) 64- or
-//   128-byte swizzle of rows of D bytes (SwizzledCodeLayout), V codes none, the V panels the 128-byte swizzle
-//   (chunk ^ key % 8), written by the producers.
+//   Q codes [128][D] (+ Q fp16 for `wgmma`), then per slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K),
+//   then the mbarriers of the TMA copies. fp16 tiles are D / 64 panels of [rows][64 dims] with the 128-byte
+//   swizzle (chunk ^ row % 8): K-major for Q and K, N-major for V. For `wgmma_fp8` the TMA writes Q and K codes
+//   in wgmma's 64- or 128-byte swizzle of D-byte rows (SwizzledCodeLayout); staged codes are plain.
 // The copies use TMA rather than cp.async because the proxy fence that must follow cp.async before wgmma may read
 // the data (MEMBAR.ALL.CTA in SASS) waits for every copy still in flight: with cp.async the ring never held more
-// than one tile in flight and the kernel took 401 us at 4x16x2048x128, 331 us with the V decode removed and 244 us
-// with no loads at all (H200, nvcc 13.0).
+// than one tile in flight and wgmma_fp8 took 401 us at 4x16x2048x128, 331 us with the V decode removed and 244 us
+// with no loads at all (H200, nvcc 13.0); with TMA, 270 us.
 #pragma once
 
 #include "attention_common.cuh"
@@ -33,39 +36,42 @@
 
 namespace sdpa {
 
-// Ring depth: the producer refills a slot while the consumers work through the other two (at D = 128, three
-// slots and Q take 209 KB of the 227 KB a block may have).
-constexpr int kWgmmaStages = 3;
-
-template <int kHeadDim_, int kStages_>
+template <int kHeadDim_, bool kFp8Scores_>
 struct WgmmaConfig {
-  static constexpr int kHeadDim = kHeadDim_, kStages = kStages_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr bool kFp8Scores = kFp8Scores_;
+  // Ring depth: the producer refills a slot while the consumers work through the other two. At D = 128 the fp16
+  // K of `wgmma` halves the key tile to fit: 192 KB of the 227 KB a block may have (wgmma_fp8: 209 KB).
+  static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = 2;
-  static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = 128;
+  static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kQBytes = kBlockM * kHeadDim;
+  static constexpr int kQHalfBytes = kFp8Scores ? 0 : 2 * kQBytes;
   static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
-  static constexpr int kPanelBytes = kBlockN * 64 * 2;  // 64 dims of fp16 V
-  static constexpr int kSlotBytes = 2 * kCodeTileBytes + kHeadDim / 64 * kPanelBytes;
+  static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
+  static constexpr int kQPanelBytes = kBlockM * 64 * 2;      // 64 dims of fp16 Q
+  static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
+  static constexpr int kSlotBytes = 2 * kCodeTileBytes + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
   static constexpr int kBarrierBytes = 8 * (kStages + 1);  // an mbarrier per slot and one for Q
-  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
+  static constexpr int kSmemBytes =
+      1024 + kQBytes + kQHalfBytes + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
-  using KvRows = TileRows<kBlockN, kHeadDim>;
 };
 
 // TMA descriptors of the q, k and v codes as [B, H, S, D] tensors, with boxes of kBlockM (q) and kBlockN (k, v)
-// rows: q and k swizzled for wgmma, v plain.
+// rows: q and k swizzled for e4m3 wgmma (wgmma_fp8) or plain like v.
 struct WgmmaMaps {
   CUtensorMap q, k, v;
 };
 
-// fp16 V as 64-dim panels of 128-byte rows (one key per row), chunk index ^ key % 8; offsets in halves.
-template <int kBlockN>
-struct VPanelLayout {
-  __device__ static int offset(int key, int dim) {
-    return dim / 64 * kBlockN * 64 + key * 64 + ((dim % 64 / 8) ^ (key % 8)) * 8 + dim % 8;
+// An fp16 tile of kRows rows as 64-dim panels of 128-byte rows, chunk index ^ row % 8; offsets in halves.
+template <int kRows>
+struct HalfPanelLayout {
+  __device__ static int offset(int row, int dim) {
+    return dim / 64 * kRows * 64 + row * 64 + ((dim % 64 / 8) ^ (row % 8)) * 8 + dim % 8;
   }
 };
 
@@ -74,13 +80,17 @@ struct WgmmaSmem {
   uint8_t* base;  // 1024-byte aligned
 
   __device__ uint8_t* q() const { return base; }
-  __device__ uint8_t* k_codes(int slot) const { return base + Cfg::kQBytes + slot * Cfg::kSlotBytes; }
+  __device__ __half* q_halves() const { return reinterpret_cast<__half*>(base + Cfg::kQBytes); }
+  __device__ uint8_t* k_codes(int slot) const {
+    return base + Cfg::kQBytes + Cfg::kQHalfBytes + slot * Cfg::kSlotBytes;
+  }
   __device__ uint8_t* v_codes(int slot) const { return k_codes(slot) + Cfg::kCodeTileBytes; }
   __device__ __half* v_halves(int slot) const {
     return reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
   }
+  __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
   __device__ uint64_t* tile_loaded(int slot) const {
-    return reinterpret_cast<uint64_t*>(base + Cfg::kQBytes + Cfg::kStages * Cfg::kSlotBytes) + slot;
+    return reinterpret_cast<uint64_t*>(k_codes(Cfg::kStages)) + slot;
   }
   __device__ uint64_t* q_loaded() const { return tile_loaded(Cfg::kStages); }
 };
@@ -88,7 +98,7 @@ struct WgmmaSmem {
 // Named barriers (id 0 is __syncthreads'):
 //   FULL(slot, group)  the producers arrive, consumer warpgroup `group` waits: one per group, so that the two
 //                      groups need not meet at every tile (they run half a tile apart, see TURN)
-//   CODES_FREE(slot)   both groups arrive once Q K^T of the slot's tile is done: its K codes (and the V codes the
+//   CODES_FREE(slot)   both groups arrive once Q K^T of the slot's tile is done: its K (and the codes the
 //                      producers already decoded) may be overwritten
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
 //   PRODUCERS          among the producer warpgroup
@@ -106,14 +116,27 @@ struct WgmmaBarriers {
   __device__ static bool refilled(int tile, int tiles) { return tile >= 0 && tile + Cfg::kStages < tiles; }
 };
 
-// The producer warpgroup: Q once, then per tile the K and V codes by TMA (kStages - 1 tiles ahead) and V decoded
-// to fp16. Code slots are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its
+// Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout), `sign` XORed into every code.
+template <class Cfg, int kRows>
+__device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves, uint32_t sign, int tid) {
+  constexpr int kChunksPerRow = Cfg::kHeadDim / 16;
+#pragma unroll 2  // 4 spills 8 bytes at D = 64 within the producers' 40 registers (nvcc 13.0)
+  for (int ch = tid; ch < kRows * kChunksPerRow; ch += Cfg::kProducerThreads) {
+    const int row = ch / kChunksPerRow, col = ch % kChunksPerRow * 16;
+    uint4 c = *reinterpret_cast<const uint4*>(codes + row * Cfg::kHeadDim + col);
+    c = make_uint4(c.x ^ sign, c.y ^ sign, c.z ^ sign, c.w ^ sign);
+    store_decoded_16<HalfPanelLayout<kRows>>(halves, row, col, c);
+  }
+}
+
+// The producer warpgroup: Q once, then per tile the K and V codes by TMA (kStages - 1 tiles ahead), decoded to
+// fp16. Code slots are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its
 // P V is done (two tiles later in the consumers' pipeline).
 template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
                                               int row0, int tiles, bool flip_q) {
   using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN, kD = Cfg::kHeadDim, kP = Cfg::kProducerThreads;
+  constexpr int kN = Cfg::kBlockN, kP = Cfg::kProducerThreads;
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
   if (elected) {
@@ -137,24 +160,23 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages;
     mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    if (tile == 0 && flip_q) {
+    const uint32_t sign = flip_q ? 0x80808080u : 0u;
+    if (tile == 0) {  // Q lands before the first FULL barrier
       mbarrier_wait(smem.q_loaded(), 0);
-      for (int i = tid; i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
-        uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
-        const uint4 q = *codes;
-        *codes = make_uint4(q.x ^ 0x80808080u, q.y ^ 0x80808080u, q.z ^ 0x80808080u, q.w ^ 0x80808080u);
+      if constexpr (Cfg::kFp8Scores) {
+        for (int i = tid; flip_q && i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
+          uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
+          const uint4 q = *codes;
+          *codes = make_uint4(q.x ^ sign, q.y ^ sign, q.z ^ sign, q.w ^ sign);
+        }
+      } else {
+        decode_tile<Cfg, Cfg::kBlockM>(smem.q(), smem.q_halves(), sign, tid);
       }
     }
     if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Cfg::kThreads);
-    const uint8_t* v_codes = smem.v_codes(slot);
-    __half* v_halves = smem.v_halves(slot);
-#pragma unroll 2  // 4 spills 8 bytes at D = 64 within the producers' 40 registers (nvcc 13.0)
-    for (int ch = tid; ch < Cfg::KvRows::kChunks; ch += kP) {
-      const int row = ch / Cfg::KvRows::kChunksPerRow, col = ch % Cfg::KvRows::kChunksPerRow * 16;
-      store_decoded_16<VPanelLayout<kN>>(v_halves, row, col,
-                                         *reinterpret_cast<const uint4*>(v_codes + row * kD + col));
-    }
-    fence_proxy_async();  // this thread's st.shared (V, Q's sign) before wgmma reads them
+    decode_tile<Cfg, kN>(smem.v_codes(slot), smem.v_halves(slot), 0u, tid);
+    if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(slot), smem.k_halves(slot), 0u, tid);
+    fence_proxy_async();  // this thread's st.shared (fp16 tiles, Q's sign) before wgmma reads them
     barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
     barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
     // The next copy overwrites the codes of tile - 1: its K once the consumers are done with it, its V codes once
@@ -169,14 +191,33 @@ template <class Cfg>
 struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   using FragmentRows<kD / 8>::o;
-  uint64_t q_desc;  // the group's 64 rows of Q codes
+  uint64_t q_desc;  // the group's 64 rows of Q
 
-  // Starts S = Q K^T for the slot's tile (one commit group). K-major code tiles: 8-row groups 8 * kD bytes
-  // apart; a k32 step is 32 bytes, 2 descriptor units.
+  __device__ void set_q(const WgmmaSmem<Cfg>& smem, int group) {
+    if constexpr (Cfg::kFp8Scores) {
+      q_desc = smem_descriptor(smem.q() + group * 64 * kD, 16, 8 * kD, kD);
+    } else {
+      q_desc = smem_descriptor(smem.q_halves() + group * 64 * 64, 16, 1024, 128);
+    }
+  }
+
+  // Starts S = Q K^T for the slot's tile (one commit group), both operands K-major. Code tiles (wgmma_fp8): 8-row
+  // groups 8 * kD bytes apart, a k32 step is 32 bytes = 2 descriptor units. fp16 panels (wgmma): 8-row groups 1024
+  // bytes apart, a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot) {
-    const uint64_t k_desc = smem_descriptor(smem.k_codes(slot), 16, 8 * kD, kD);
+    if constexpr (Cfg::kFp8Scores) {
+      const uint64_t k_desc = smem_descriptor(smem.k_codes(slot), 16, 8 * kD, kD);
 #pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) wgmma_m64n128k32_e4m3(s, q_desc + 2 * ks, k_desc + 2 * ks, ks > 0);
+      for (int ks = 0; ks < kD / 32; ++ks) wgmma_m64n128k32_e4m3(s, q_desc + 2 * ks, k_desc + 2 * ks, ks > 0);
+    } else {
+      const uint64_t k_desc = smem_descriptor(smem.k_halves(slot), 16, 1024, 128);
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const int panel = ks / 4, step = 2 * (ks % 4);
+        wgmma_f16_ss(s, q_desc + panel * (Cfg::kQPanelBytes / 16) + step,
+                     k_desc + panel * (Cfg::kPanelBytes / 16) + step, ks > 0);
+      }
+    }
     wgmma_commit();
   }
 
@@ -205,7 +246,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
   w.start(p, c, row0, warp, lane);  // the producers flip Q's sign when the scale is negative
-  w.q_desc = smem_descriptor(smem.q() + group * 64 * Cfg::kHeadDim, 16, 8 * Cfg::kHeadDim, Cfg::kHeadDim);
+  w.set_q(smem, group);
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first
@@ -285,16 +326,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Encodes the three TMA descriptors (attention_wgmma.cu); fails for strides the TMA cannot express.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, WgmmaMaps* maps);
+// Encodes the three TMA descriptors (attention_wgmma.cu), q and k swizzled for e4m3 wgmma when `swizzle_qk`;
+// fails for strides the TMA cannot express.
+cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, bool swizzle_qk, WgmmaMaps* maps);
 
-template <int kStages>
+template <bool kFp8Scores>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = WgmmaConfig<kHeadDim, kStages>;
+    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores>;
     WgmmaMaps maps;
-    if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockM, Cfg::kBlockN, &maps); err != cudaSuccess) return err;
+    if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockM, Cfg::kBlockN, kFp8Scores, &maps); err != cudaSuccess) {
+      return err;
+    }
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_wgmma_kernel<Cfg, OutT>,
                             static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,

@@ -162,6 +162,30 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[16][4], uint64_
 #endif
 }
 
+// D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 16 and B 16 x N fp16, both K-major in shared memory.
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : SDPA_ACC_TILES_0_7(d)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  __trap();
+#endif
+}
+
 // D (64 x N, fp32) += A B: A 64 x 16 fp16 from registers (the mma.sync m16n8k16 A fragment of each warp's 16
 // rows), B 16 x N fp16 from shared memory, N-major (imm-trans-b = 1).
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {

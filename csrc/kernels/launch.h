@@ -15,8 +15,10 @@ int attention_variant_count();
 const char* attention_variant_name(int index);
 // Index of a variant name, or -1 when no variant has that name.
 int find_attention_variant(const char* name);
-// Whether a variant can read these inputs (some need 16-byte aligned q/k/v rows).
+// Whether a variant can read these inputs (some need 16-byte aligned q/k/v rows; those that load through TMA
+// descriptors also need every dimension longer than 1 to have a non-zero stride).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
+bool attention_variant_uses_tma(int variant);
 // Whether a variant runs on a GPU of compute capability sm (e.g. 89), and those archs in words ("sm_89 or
 // newer", "sm_90").
 bool attention_variant_runs_on(int variant, int sm);

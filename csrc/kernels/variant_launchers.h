@@ -24,5 +24,6 @@ cudaError_t launch_fp8_mma(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma_m32(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma_m16(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma(const AttentionParams&, cudaStream_t);
+cudaError_t launch_wgmma_fp8(const AttentionParams&, cudaStream_t);
 
 }  // namespace sdpa
