@@ -18,6 +18,14 @@ InputType input_type(at::ScalarType dtype) {
   return InputType::kFloat32;
 }
 
+// 16-byte loads work when rows are contiguous and every row starts 16-byte aligned.
+bool rows_are_vectorizable(const at::Tensor& x) {
+  const int64_t per_vector = 16 / x.element_size();
+  return x.stride(3) == 1 && x.size(3) % per_vector == 0 && x.stride(2) % per_vector == 0 &&
+         x.stride(1) % per_vector == 0 && x.stride(0) % per_vector == 0 &&
+         reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+}
+
 // Params for one tensor; the caller allocates codes (contiguous) and scales ([B, H] float32).
 QuantizeParams make_quantize_params(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales,
                                     const at::Tensor& given) {
@@ -36,6 +44,7 @@ QuantizeParams make_quantize_params(const at::Tensor& x, const at::Tensor& codes
   p.scale = scales.data_ptr<float>();
   p.given_scale = given.defined() ? given.data_ptr<float>() : nullptr;
   p.chunks = quantize_chunks(p);
+  p.vectorized = rows_are_vectorizable(x);
   return p;
 }
 
@@ -65,14 +74,6 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
   return {codes, scales};
 }
 
-// 16-byte loads work when rows are contiguous and every row starts 16-byte aligned.
-bool rows_are_vectorizable(const at::Tensor& x) {
-  const int64_t per_vector = 16 / x.element_size();
-  return x.stride(3) == 1 && x.size(3) % per_vector == 0 && x.stride(2) % per_vector == 0 &&
-         x.stride(1) % per_vector == 0 && x.stride(0) % per_vector == 0 &&
-         reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
-}
-
 // q, k and v in one launch when each head fits in shared memory (the case that matters for small shapes,
 // where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200); otherwise two passes each.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
@@ -96,7 +97,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t]);
     batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
     batch.first_block[t + 1] = batch.first_block[t] + batch.tensors[t].batch * batch.tensors[t].heads;
-    batch.vectorized = batch.vectorized && rows_are_vectorizable(inputs[t]);
+    batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
   const int64_t smem_limit = at::cuda::getDeviceProperties(q.device().index())->sharedMemPerBlockOptin - 1024;
   if (quantize_heads_smem_bytes(batch) <= smem_limit) {

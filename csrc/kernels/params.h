@@ -43,6 +43,7 @@ struct QuantizeParams {
   const float* given_scale;  // [B, H] or nullptr: derive the scale from amax
   float* partial_amax;       // [B * H, chunks] scratch, written by the amax pass
   int chunks;                // blocks per head in each pass
+  bool vectorized;           // contiguous rows whose length and strides are multiples of 16 bytes
 };
 
 // Up to three tensors (q, k, v) quantized by one launch of the whole-head kernel.
@@ -50,7 +51,7 @@ struct QuantizeHeadsParams {
   QuantizeParams tensors[3];
   int count;
   int first_block[4];  // block index where each tensor's heads start; first_block[count] = total blocks
-  bool vectorized;     // every tensor: contiguous rows whose length and strides are multiples of 16 bytes
+  bool vectorized;     // every tensor is (QuantizeParams::vectorized)
 };
 
 }  // namespace sdpa

@@ -29,29 +29,59 @@ __device__ __forceinline__ float to_float<__half>(__half x) { return __half2floa
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// The rows of one head that block (head, chunk) covers, and how to address them.
+// Encodes kVec values to consecutive codes: one hardware cvt per pair on sm_89+ (quantize_e4m3x2), and one 4- or
+// 8-byte store.
+template <int kVec>
+__device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVec], float scale) {
+  if constexpr (kVec == 1) {
+    *codes = quantize_e4m3(x[0], scale);
+  } else {
+    uint16_t pairs[kVec / 2];
+#pragma unroll
+    for (int e = 0; e < kVec / 2; ++e) pairs[e] = quantize_e4m3x2(x[2 * e], x[2 * e + 1], scale);
+    if constexpr (kVec == 8) {
+      *reinterpret_cast<uint2*>(codes) = *reinterpret_cast<const uint2*>(pairs);
+    } else {
+      *reinterpret_cast<uint32_t*>(codes) = *reinterpret_cast<const uint32_t*>(pairs);
+    }
+  }
+}
+
+// kVec consecutive values of T as floats: one 16-byte load when kVec > 1 (vectorized rows).
+template <typename T, int kVec>
+__device__ __forceinline__ void load_values(const T* src, float (&x)[kVec]) {
+  if constexpr (kVec == 1) {
+    x[0] = to_float(*src);
+  } else {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src);
+    const T* elems = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) x[e] = to_float(elems[e]);
+  }
+}
+
+// The rows of one head that block (head, chunk) covers, in vectors of kVec elements, and how to address them.
+template <int kVec>
 struct Slice {
-  int head, chunk, row_begin, elements;
+  int head, chunk, row_begin, vectors, vectors_per_row;
   int64_t x_offset;  // of the head's first element
+
+  __device__ explicit Slice(const QuantizeParams& p) {
+    head = blockIdx.x / p.chunks;
+    chunk = blockIdx.x % p.chunks;
+    const int rows_per_chunk = (p.rows + p.chunks - 1) / p.chunks;
+    row_begin = min(p.rows, chunk * rows_per_chunk);
+    vectors_per_row = p.cols / kVec;
+    vectors = (min(p.rows, row_begin + rows_per_chunk) - row_begin) * vectors_per_row;
+    x_offset = (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+  }
+  __device__ int row(int i) const { return row_begin + i / vectors_per_row; }
+  __device__ int col(int i) const { return i % vectors_per_row * kVec; }
+  template <typename T>
+  __device__ void load(const QuantizeParams& p, int i, float (&x)[kVec]) const {
+    load_values<T, kVec>(static_cast<const T*>(p.x) + x_offset + row(i) * p.x_row_stride + col(i) * p.x_col_stride, x);
+  }
 };
-
-__device__ __forceinline__ Slice block_slice(const QuantizeParams& p) {
-  Slice s;
-  s.head = blockIdx.x / p.chunks;
-  s.chunk = blockIdx.x % p.chunks;
-  const int rows_per_chunk = (p.rows + p.chunks - 1) / p.chunks;
-  s.row_begin = min(p.rows, s.chunk * rows_per_chunk);
-  s.elements = (min(p.rows, s.row_begin + rows_per_chunk) - s.row_begin) * p.cols;
-  s.x_offset = (s.head / p.heads) * p.x_batch_stride + (s.head % p.heads) * p.x_head_stride;
-  return s;
-}
-
-template <typename T>
-__device__ __forceinline__ float load_element(const QuantizeParams& p, const Slice& s, int i, int* row, int* col) {
-  *row = s.row_begin + i / p.cols;
-  *col = i % p.cols;
-  return to_float(static_cast<const T*>(p.x)[s.x_offset + *row * p.x_row_stride + *col * p.x_col_stride]);
-}
 
 __device__ __forceinline__ float block_max(float x) {
   __shared__ float warp_max[kQuantThreads / 32];
@@ -62,19 +92,23 @@ __device__ __forceinline__ float block_max(float x) {
   return group_max<32>(x);  // valid in warp 0
 }
 
-template <typename T>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kQuantThreads) amax_kernel(const QuantizeParams p) {
-  const Slice s = block_slice(p);
+  const Slice<kVec> s(p);
   float amax = 0.0f;
-  int row, col;
-  for (int i = threadIdx.x; i < s.elements; i += kQuantThreads) amax = fmaxf(amax, fabsf(load_element<T>(p, s, i, &row, &col)));
+  for (int i = threadIdx.x; i < s.vectors; i += kQuantThreads) {
+    float x[kVec];
+    s.template load<T>(p, i, x);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(x[e]));
+  }
   amax = block_max(amax);
   if (threadIdx.x == 0) p.partial_amax[blockIdx.x] = amax;
 }
 
-template <typename T>
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kQuantThreads) encode_kernel(const QuantizeParams p) {
-  const Slice s = block_slice(p);
+  const Slice<kVec> s(p);
   __shared__ float head_scale;
   if (threadIdx.x < 32) {
     float amax = 0.0f;
@@ -89,22 +123,29 @@ __global__ void __launch_bounds__(kQuantThreads) encode_kernel(const QuantizePar
   if (s.chunk == 0 && threadIdx.x == 0) p.scale[s.head] = scale;
 
   uint8_t* codes = p.codes + static_cast<int64_t>(s.head) * p.rows * p.cols;
-  int row, col;
-  for (int i = threadIdx.x; i < s.elements; i += kQuantThreads) {
-    const float x = load_element<T>(p, s, i, &row, &col);
-    codes[static_cast<int64_t>(row) * p.cols + col] = quantize_e4m3(x, scale);
+  for (int i = threadIdx.x; i < s.vectors; i += kQuantThreads) {
+    float x[kVec];
+    s.template load<T>(p, i, x);
+    store_codes<kVec>(codes + static_cast<int64_t>(s.row(i)) * p.cols + s.col(i), x, scale);
   }
 }
 
-template <typename T>
-cudaError_t launch_typed(const QuantizeParams& p, cudaStream_t stream) {
+template <typename T, int kVec>
+cudaError_t launch_two_pass(const QuantizeParams& p, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.batch) * p.heads * p.chunks);
   if (p.given_scale == nullptr) {
-    amax_kernel<T><<<blocks, kQuantThreads, 0, stream>>>(p);
+    amax_kernel<T, kVec><<<blocks, kQuantThreads, 0, stream>>>(p);
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
-  encode_kernel<T><<<blocks, kQuantThreads, 0, stream>>>(p);
+  encode_kernel<T, kVec><<<blocks, kQuantThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+
+// Vectorized rows: 16-byte loads and 4- or 8-byte code stores (4x16x2048x128 q, k and v in fp16 took 307 us with
+// one element per load and store on an H200).
+template <typename T>
+cudaError_t launch_typed(const QuantizeParams& p, cudaStream_t stream) {
+  return p.vectorized ? launch_two_pass<T, 16 / sizeof(T)>(p, stream) : launch_two_pass<T, 1>(p, stream);
 }
 
 // Calls fn with a value of the C++ type of an input type (float, __half or __nv_bfloat16).
@@ -163,21 +204,10 @@ __global__ void __launch_bounds__(kHeadThreads) quantize_heads_kernel(const Quan
   const float scale = head_scale;
   uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
   for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
-    const T* elems = values + i * kVec;
-    if constexpr (kVec == 1) {
-      codes[i] = quantize_e4m3(to_float(elems[0]), scale);
-    } else {
-      uint16_t pairs[kVec / 2];
+    float x[kVec];
 #pragma unroll
-      for (int e = 0; e < kVec / 2; ++e) {
-        pairs[e] = quantize_e4m3x2(to_float(elems[2 * e]), to_float(elems[2 * e + 1]), scale);
-      }
-      if constexpr (kVec == 8) {
-        *reinterpret_cast<uint2*>(codes + i * 8) = *reinterpret_cast<const uint2*>(pairs);
-      } else {
-        *reinterpret_cast<uint32_t*>(codes + i * 4) = *reinterpret_cast<const uint32_t*>(pairs);
-      }
-    }
+    for (int e = 0; e < kVec; ++e) x[e] = to_float(values[i * kVec + e]);
+    store_codes<kVec>(codes + i * kVec, x, scale);
   }
 }
 
