@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck and racecheck over every variant on a small shape grid (scripts/sanitize_cases.py).
-# Run on the GPU machine after building (scripts/gpu_check.sh builds). Exits non-zero on any reported error.
+# compute-sanitizer memcheck and racecheck over every variant (or those named: bash scripts/sanitize.sh wgmma)
+# on a small shape grid (scripts/sanitize_cases.py). Run on the GPU machine after building (scripts/gpu_check.sh
+# builds). Exits non-zero on any reported error.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 status=0
 for tool in memcheck racecheck; do
   echo "== compute-sanitizer --tool $tool"
-  compute-sanitizer --tool "$tool" --error-exitcode 1 $PYTHON scripts/sanitize_cases.py 2>&1 | tail -5 || status=1
+  compute-sanitizer --tool "$tool" --error-exitcode 1 $PYTHON scripts/sanitize_cases.py "$@" 2>&1 | tail -5 || status=1
 done
 exit $status

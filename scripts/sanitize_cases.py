@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""Small calls of every CUDA variant and of quantization, for compute-sanitizer (scripts/sanitize.sh)."""
+"""Small calls of every CUDA variant (or of the variants named on the command line) and of quantization, for
+compute-sanitizer (scripts/sanitize.sh)."""
+
+import sys
 
 import torch
 
 import sdpa_ext
 
-# (B, Hq, Hkv, Sq, Sk, D, causal): partial tiles, GQA, both head dims, Sq != Sk in both directions.
+# (B, Hq, Hkv, Sq, Sk, D, causal): partial tiles, GQA, both head dims, Sq != Sk in both directions, and enough
+# keys that the Hopper kernels' 3-slot ring wraps around (5 tiles of 128 keys at D = 64, 10 of 64 at D = 128).
 CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40, 129, 128, True),
-         (1, 2, 2, 129, 1, 128, False)]
+         (1, 2, 2, 129, 1, 128, False), (1, 2, 2, 130, 600, 64, False), (1, 2, 1, 200, 600, 128, True)]
 
 
-def main():
+def main(names):
+    variants = names or sdpa_ext.variant_names(sdpa_ext.device_arch())
     gen = torch.Generator().manual_seed(0)
     for b, hq, hkv, sq, sk, d, causal in CASES:
         q = torch.randn(b, hq, sq, d, generator=gen).half().cuda()
@@ -18,14 +23,14 @@ def main():
         v = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
         q8, qs, k8, ks, _, _ = sdpa_ext.quantize_fp8_qkv(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
         v8, vs = sdpa_ext.quantize_fp8(v.bfloat16(), torch.ones(b, hkv, device="cuda"))
-        for variant in sdpa_ext.variant_names(sdpa_ext.device_arch()):
+        for variant in variants:
             for out_dtype in (torch.float16, torch.bfloat16):
                 out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, out_dtype=out_dtype,
                                               variant=variant)
                 assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d)
     torch.cuda.synchronize()
-    print(f"ran {len(CASES)} shapes x {len(sdpa_ext.variant_names(sdpa_ext.device_arch()))} variants x 2 output dtypes")
+    print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
