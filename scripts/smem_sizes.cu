@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "../csrc/kernels/attention_fp8.cuh"
+#include "../csrc/kernels/attention_fp8_split.cuh"
 #include "../csrc/kernels/attention_mma.cuh"
 #include "../csrc/kernels/attention_scalar.cuh"
 #include "../csrc/kernels/attention_wgmma.cuh"
@@ -32,6 +33,7 @@ void print_sizes() {
       {"fp8_mma", Fp8Config<kHeadDim, 4, 2>::kSmemBytes},
       {"fp8_mma_m32", Fp8Config<kHeadDim, 2, 2>::kSmemBytes},
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
+      {"fp8_split", Fp8SplitConfig<kHeadDim, 2, 4>::kSmemBytes},
       {"wgmma", WgmmaConfig<kHeadDim, false>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
   };

@@ -61,6 +61,9 @@ _VARIANTS = (
             "batches", archs=FP8_ARCHS, aligned_rows=True),
     Variant("fp8_mma_m16", 6, "full", (), "fp8_mma with 16-row query tiles (1 warp): four times the blocks",
             archs=FP8_ARCHS, aligned_rows=True),
+    Variant("fp8_split", 6, "full", (), "fp8_mma with the keys split four ways across the 8 warps of a 32-row block "
+            "(a cp.async ring per split) and the partial rows merged in shared memory: more warps in flight for "
+            "grids that do not fill the GPU", archs=FP8_ARCHS, aligned_rows=True),
     Variant("wgmma", 7, "full", (), "Hopper warpgroup MMA: a producer warpgroup (TMA ring of 3 slots) decodes Q, "
             "K and V to fp16 (exact); two consumer warpgroups of 64 query rows run fp16 wgmma for QK^T (fp32 sums), "
             "the register softmax and fp16 wgmma for PV with P from registers, taking turns on the tensor cores",

@@ -33,6 +33,7 @@ constexpr VariantEntry kVariants[] = {
     {"fp8_mma", &launch_fp8_mma, true, 89, 0, false},
     {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0, false},
     {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false},
+    {"fp8_split", &launch_fp8_split, true, 89, 0, false},
     {"wgmma", &launch_wgmma, true, 90, 90, true},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
 };
@@ -61,8 +62,13 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // On sm_90 the full-tier `wgmma` takes over from 1024 keys (H200, 2026-11-21, 4x16x2048xD and 1x16x8192x128,
 // causal or not: 228.2 against 306.9 us at D = 64, 416.8 against 823.3 us and 1441.0 against 2756.5 us at
 // D = 128); at the mission shape 1x8x512x64 its 32 blocks of 128 rows leave most of the GPU idle.
+// With up to 128 blocks of 64 rows (fewer than the H200's 132 SMs) `fp8_split` (sm_89+) keeps more warps busy:
+// 1x8x512x64 8.4 against 9.3 us for warp_spec+2producers+swizzle, 1x8x512x128 14.8 against 16.0 us; at
+// 2x8x1024x64 (256 blocks) it loses, 36.7 against 20.5 us (H200, 2026-11-21).
 const char* auto_variant_name(const AttentionParams& p, int sm) {
   if (sm == 90 && p.seqlen_k >= 1024) return "wgmma";
+  const int64_t blocks_of_64_rows = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 63) / 64);
+  if (sm >= 89 && blocks_of_64_rows <= 128) return "fp8_split";
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
   return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }

@@ -1,5 +1,7 @@
-// The native-FP8 variants: 64-, 32- and 16-row query tiles (4, 2 and 1 warps per block).
+// The native-FP8 variants: 64-, 32- and 16-row query tiles (4, 2 and 1 warps per block), and 32-row tiles with
+// the keys split four ways across 8 warps.
 #include "attention_fp8.cuh"
+#include "attention_fp8_split.cuh"
 #include "variant_launch.cuh"
 #include "variant_launchers.h"
 
@@ -11,6 +13,9 @@ cudaError_t launch_fp8_mma_m32(const AttentionParams& p, cudaStream_t s) {
 }
 cudaError_t launch_fp8_mma_m16(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<Fp8Variant<1, 2>>(p, s);
+}
+cudaError_t launch_fp8_split(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<Fp8SplitVariant<2, 4>>(p, s);
 }
 
 }  // namespace sdpa

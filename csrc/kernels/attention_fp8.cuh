@@ -87,18 +87,24 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
     }
   }
 
-  // O n-tile pair (2b, 2b + 1) holds, for this lane, dims 16b + 4c + {0, 2} and 16b + 4c + {1, 3}.
+  // Calls store(dim, value) for this lane's values of row r (0: row g, 1: row g + 8). O n-tile pair (2b, 2b + 1)
+  // holds dims 16b + 4c + {0, 2} and 16b + 4c + {1, 3}.
+  template <typename Store>
+  __device__ void for_each_output(int r, int lane, Store store) const {
+#pragma unroll
+    for (int block = 0; block < kD / 16; ++block) {
+      const int dim = block * 16 + 4 * (lane % 4);
+      store(dim, o[2 * block][2 * r]);
+      store(dim + 1, o[2 * block + 1][2 * r]);
+      store(dim + 2, o[2 * block][2 * r + 1]);
+      store(dim + 3, o[2 * block + 1][2 * r + 1]);
+    }
+  }
+
   template <typename OutT>
   __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
     finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
-#pragma unroll
-      for (int block = 0; block < kD / 16; ++block) {
-        OutT* dims = out + block * 16 + 4 * (lane % 4);
-        dims[0] = from_float<OutT>(o[2 * block][2 * r] * out_scale);
-        dims[1] = from_float<OutT>(o[2 * block + 1][2 * r] * out_scale);
-        dims[2] = from_float<OutT>(o[2 * block][2 * r + 1] * out_scale);
-        dims[3] = from_float<OutT>(o[2 * block + 1][2 * r + 1] * out_scale);
-      }
+      for_each_output(r, lane, [&](int dim, float value) { out[dim] = from_float<OutT>(value * out_scale); });
     });
   }
 };

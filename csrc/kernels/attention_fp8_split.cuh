@@ -1,0 +1,136 @@
+// `fp8_split` (sm_89 and later): the fp8_mma warp loop with the keys split across the warps of a block, for grids
+// too small to fill the GPU (the mission shape 1x8x512x64 has 64 blocks of 64 rows for 132 SMs, and each warp
+// then walks all 512 keys alone).
+//
+// A block owns kRowGroups x 16 query rows and runs kRowGroups x kSplits warps: split s takes a contiguous share of
+// the key tiles, loading them through its own cp.async ring (shared by the kRowGroups warps of the split, synced
+// by a named barrier per split), and each warp keeps the running max, sum and O of its 16 rows over its keys.
+// At the end every warp writes its partial rows to shared memory and the block merges the kSplits partials of
+// each row: M = max m_s, L = sum l_s 2^(m_s - M), O = sum O_s 2^(m_s - M) / L (log2 units throughout). No second
+// launch: the split-KV combine kernel tried before cost more than it saved (11.6 against 9.5 us).
+#pragma once
+
+#include "attention_fp8.cuh"
+
+namespace sdpa {
+
+template <int kHeadDim_, int kRowGroups_, int kSplits_>
+struct Fp8SplitConfig {
+  static constexpr int kHeadDim = kHeadDim_, kRowGroups = kRowGroups_, kSplits = kSplits_, kStages = 2;
+  static constexpr int kBlockM = 16 * kRowGroups, kBlockN = Fp8Config<kHeadDim, 1, kStages>::kBlockN;
+  static constexpr int kSplitThreads = 32 * kRowGroups, kThreads = kSplitThreads * kSplits;
+  static constexpr int kTileBytes = kBlockN * kHeadDim;
+  static constexpr int kSplitRingBytes = kStages * 2 * kTileBytes;  // [kStages][K codes, V codes] per split
+  static constexpr int kPartialFloats = 16 * (kHeadDim + 2);        // per warp: O [16][D], then m [16], l [16]
+  static constexpr int kSmemBytes = kSplits * kSplitRingBytes > kRowGroups * kSplits * kPartialFloats * 4
+                                        ? kSplits * kSplitRingBytes
+                                        : kRowGroups * kSplits * kPartialFloats * 4;
+  using Rows = TileRows<kBlockN, kHeadDim>;
+  using Layout = SwizzledCodeLayout<kHeadDim>;
+};
+
+// Merges the kSplits partials of every row of the block and writes out and lse.
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void merge_partials(const float* partials, const AttentionParams& p, const HeadCoords& c,
+                                               int row0) {
+  constexpr int kD = Cfg::kHeadDim, kWarpFloats = Cfg::kPartialFloats;
+  const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
+  for (int i = threadIdx.x; i < Cfg::kBlockM * kD; i += Cfg::kThreads) {
+    const int row = i / kD, dim = i % kD, group = row / 16, warp_row = row % 16;
+    if (row0 + row >= p.seqlen_q) continue;
+    float m = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < Cfg::kSplits; ++s) {
+      m = fmaxf(m, partials[(s * Cfg::kRowGroups + group) * kWarpFloats + 16 * kD + warp_row]);
+    }
+    float sum = 0.0f, value = 0.0f;
+#pragma unroll
+    for (int s = 0; s < Cfg::kSplits; ++s) {
+      const float* part = partials + (s * Cfg::kRowGroups + group) * kWarpFloats;
+      const float weight = exp2f(part[16 * kD + warp_row] - m);  // 0 for a split that saw no key of this row
+      sum += part[16 * kD + 16 + warp_row] * weight;
+      value += part[warp_row * kD + dim] * weight;
+    }
+    OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
+                (row0 + row) * p.out_row_stride;
+    out[dim] = from_float<OutT>(value * v_scale / sum);
+    if (dim == 0) {
+      p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + (row0 + row) * p.lse_row_stride] =
+          (m + log2f(sum)) * kLn2;
+    }
+  }
+}
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_split_kernel(const AttentionParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const HeadCoords c = head_coords(p, blocks_per_head);
+  const int row0 = c.tile * Cfg::kBlockM;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = warp / Cfg::kRowGroups, group = warp % Cfg::kRowGroups;
+  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int first = split * tiles / Cfg::kSplits, last = (split + 1) * tiles / Cfg::kSplits;
+
+  uint8_t* ring = smem + split * Cfg::kSplitRingBytes;
+  typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
+                            p.seqlen_k};
+  typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
+                            p.seqlen_k};
+  const int split_thread = threadIdx.x % Cfg::kSplitThreads, split_barrier = 1 + split;
+  auto issue = [&](int tile) {
+    if (tile < last) {
+      uint8_t* slot = ring + (tile - first) % Cfg::kStages * 2 * Cfg::kTileBytes;
+      k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
+      copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot, k_rows, split_thread,
+                                                                         Cfg::kSplitThreads);
+      copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot + Cfg::kTileBytes, v_rows,
+                                                                         split_thread, Cfg::kSplitThreads);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(first + t);
+
+  Fp8WarpAttention<Cfg> w;
+  const bool flip_q = w.start(p, c, row0, group, lane);
+  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
+  for (int tile = first; tile < last; ++tile) {
+    barrier_sync(split_barrier, Cfg::kSplitThreads);  // the split's warps are done with the slot refilled next
+    issue(tile + Cfg::kStages - 1);
+    cp_async_wait<Cfg::kStages - 1>();
+    barrier_sync(split_barrier, Cfg::kSplitThreads);  // the tile's codes are visible to the split's warps
+    const uint8_t* slot = ring + (tile - first) % Cfg::kStages * 2 * Cfg::kTileBytes;
+    w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);
+  }
+
+  __syncthreads();  // every ring is done: the partials reuse the shared memory
+  float* partials = reinterpret_cast<float*>(smem);
+  float* mine = partials + warp * Cfg::kPartialFloats;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int warp_row = lane / 4 + 8 * r;
+    const float sum = group_sum<4>(w.softmax[r].sum);
+    w.for_each_output(r, lane, [&](int dim, float value) { mine[warp_row * Cfg::kHeadDim + dim] = value; });
+    if (lane % 4 == 0) {
+      mine[16 * Cfg::kHeadDim + warp_row] = w.softmax[r].max;
+      mine[16 * Cfg::kHeadDim + 16 + warp_row] = sum;
+    }
+  }
+  __syncthreads();
+  merge_partials<Cfg, OutT>(partials, p, c, row0);
+}
+
+template <int kRowGroups, int kSplits>
+struct Fp8SplitVariant {
+  template <int kHeadDim, typename OutT>
+  static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
+    using Cfg = Fp8SplitConfig<kHeadDim, kRowGroups, kSplits>;
+    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    return launch_with_smem(attention_fp8_split_kernel<Cfg, OutT>,
+                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
+                            Cfg::kSmemBytes, stream, p);
+  }
+};
+
+}  // namespace sdpa
