@@ -95,13 +95,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_split_kernel(cons
   Fp8WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, group, lane);
   w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
-  for (int tile = first; tile < last; ++tile) {
+  // Every split runs the same number of rounds (a split with one tile fewer idles through the last), so that all
+  // warps pass the same sequence of barriers.
+  const int rounds = (tiles + Cfg::kSplits - 1) / Cfg::kSplits;
+  for (int round = 0; round < rounds; ++round) {
+    const int tile = first + round;
     barrier_sync(split_barrier, Cfg::kSplitThreads);  // the split's warps are done with the slot refilled next
     issue(tile + Cfg::kStages - 1);
     cp_async_wait<Cfg::kStages - 1>();
     barrier_sync(split_barrier, Cfg::kSplitThreads);  // the tile's codes are visible to the split's warps
-    const uint8_t* slot = ring + (tile - first) % Cfg::kStages * 2 * Cfg::kTileBytes;
-    w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);
+    const uint8_t* slot = ring + round % Cfg::kStages * 2 * Cfg::kTileBytes;
+    if (tile < last) w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);
   }
 
   __syncthreads();  // every ring is done: the partials reuse the shared memory
