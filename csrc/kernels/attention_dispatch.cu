@@ -73,10 +73,6 @@ const char* auto_variant_name(const AttentionParams& p, int sm) {
   return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }
 
-// The fast tier swaps in `wgmma_fp8` for it (H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us for wgmma,
-// 1x16x8192x128 917.5 against 1441.0 us, 4x16x2048x64 214.9 against 228.2 us).
-bool fast_prefers_wgmma(const AttentionParams& p, int sm) { return sm == 90 && p.seqlen_k >= 1024; }
-
 }  // namespace
 
 int attention_variant_count() { return kVariantCount; }
@@ -124,11 +120,12 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
              : find_attention_variant("scalar");
 }
 
+// The fast tier swaps in `wgmma_fp8` wherever auto takes `wgmma` (same archs and input requirements; H200,
+// 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128 917.5 against 1441.0 us, 4x16x2048x64 214.9
+// against 228.2 us).
 int fast_attention_variant(const AttentionParams& p, int sm) {
-  const int wgmma = find_attention_variant("wgmma_fp8");
-  return fast_prefers_wgmma(p, sm) && attention_variant_aligned(wgmma, p) && attention_variant_runs_on(wgmma, sm)
-             ? wgmma
-             : auto_attention_variant(p, sm);
+  const int chosen = auto_attention_variant(p, sm);
+  return chosen == find_attention_variant("wgmma") ? find_attention_variant("wgmma_fp8") : chosen;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

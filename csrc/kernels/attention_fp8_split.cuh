@@ -73,21 +73,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_split_kernel(cons
   const int first = split * tiles / Cfg::kSplits, last = (split + 1) * tiles / Cfg::kSplits;
 
   uint8_t* ring = smem + split * Cfg::kSplitRingBytes;
-  typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
+  const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
                             p.seqlen_k};
-  typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
+  const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
                             p.seqlen_k};
   const int split_thread = threadIdx.x % Cfg::kSplitThreads, split_barrier = 1 + split;
   auto issue = [&](int tile) {
-    if (tile < last) {
-      uint8_t* slot = ring + (tile - first) % Cfg::kStages * 2 * Cfg::kTileBytes;
-      k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
-      copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot, k_rows, split_thread,
-                                                                         Cfg::kSplitThreads);
-      copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(slot + Cfg::kTileBytes, v_rows,
-                                                                         split_thread, Cfg::kSplitThreads);
-    }
-    cp_async_commit();
+    issue_fp8_tile<Cfg>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages, split_thread,
+                        Cfg::kSplitThreads);
   };
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) issue(first + t);

@@ -18,17 +18,6 @@
 
 namespace sdpa {
 
-// An fp16 tile of kCols halves per row, addressed in 16-byte chunks; with kSwizzle the chunk index is XORed
-// with row % 8, so the 8 rows an ldmatrix phase reads land in 8 different bank groups.
-template <int kCols, bool kSwizzle>
-struct HalfTileLayout {
-  static_assert(kCols % 64 == 0, "swizzling needs at least 8 chunks per row");
-  __device__ static int offset(int row, int col) {
-    const int chunk = (col / 8) ^ (kSwizzle ? row % 8 : 0);
-    return row * kCols + chunk * 8 + col % 8;
-  }
-};
-
 template <int kHeadDim_, int kStages_, bool kSwizzle_, int kProducers_>
 struct MmaConfig {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_, kProducers = kProducers_;

@@ -67,11 +67,12 @@ struct WgmmaMaps {
   CUtensorMap q, k, v;
 };
 
-// An fp16 tile of kRows rows as 64-dim panels of 128-byte rows, chunk index ^ row % 8; offsets in halves.
+// An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
+// swizzle of wgmma's canonical layouts); offsets in halves.
 template <int kRows>
 struct HalfPanelLayout {
   __device__ static int offset(int row, int dim) {
-    return dim / 64 * kRows * 64 + row * 64 + ((dim % 64 / 8) ^ (row % 8)) * 8 + dim % 8;
+    return dim / 64 * kRows * 64 + HalfTileLayout<64, true>::offset(row, dim % 64);
   }
 };
 
@@ -123,9 +124,8 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
 #pragma unroll 2  // 4 spills 8 bytes at D = 64 within the producers' 40 registers (nvcc 13.0)
   for (int ch = tid; ch < kRows * kChunksPerRow; ch += Cfg::kProducerThreads) {
     const int row = ch / kChunksPerRow, col = ch % kChunksPerRow * 16;
-    uint4 c = *reinterpret_cast<const uint4*>(codes + row * Cfg::kHeadDim + col);
-    c = make_uint4(c.x ^ sign, c.y ^ sign, c.z ^ sign, c.w ^ sign);
-    store_decoded_16<HalfPanelLayout<kRows>>(halves, row, col, c);
+    const uint4 c = *reinterpret_cast<const uint4*>(codes + row * Cfg::kHeadDim + col);
+    store_decoded_16<HalfPanelLayout<kRows>>(halves, row, col, xor_codes(c, sign));
   }
 }
 
@@ -157,17 +157,16 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) issue(t);
 
+  const uint32_t sign = flip_q ? 0x80808080u : 0u;
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages;
     mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    const uint32_t sign = flip_q ? 0x80808080u : 0u;
     if (tile == 0) {  // Q lands before the first FULL barrier
       mbarrier_wait(smem.q_loaded(), 0);
       if constexpr (Cfg::kFp8Scores) {
         for (int i = tid; flip_q && i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
           uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
-          const uint4 q = *codes;
-          *codes = make_uint4(q.x ^ sign, q.y ^ sign, q.z ^ sign, q.w ^ sign);
+          *codes = xor_codes(*codes, sign);
         }
       } else {
         decode_tile<Cfg, Cfg::kBlockM>(smem.q(), smem.q_halves(), sign, tid);

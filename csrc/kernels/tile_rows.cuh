@@ -41,6 +41,22 @@ struct SwizzledCodeLayout {
   }
 };
 
+// An fp16 tile of kCols halves per row, addressed in 16-byte chunks; with kSwizzle the chunk index is XORed
+// with row % 8, so the 8 rows an ldmatrix phase reads land in 8 different bank groups.
+template <int kCols, bool kSwizzle>
+struct HalfTileLayout {
+  static_assert(kCols % 64 == 0, "swizzling needs at least 8 chunks per row");
+  __device__ static int offset(int row, int col) {
+    const int chunk = (col / 8) ^ (kSwizzle ? row % 8 : 0);
+    return row * kCols + chunk * 8 + col % 8;
+  }
+};
+
+// 16 E4M3 codes with `sign` (0x80808080 or 0) XORed into each word: negated values for 0x80808080.
+__device__ __forceinline__ uint4 xor_codes(uint4 codes, uint32_t sign) {
+  return make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
+}
+
 // Converts 16 consecutive codes of one row into two 16-byte fp16 chunks at Layout::offset (in halves).
 template <class Layout>
 __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col, uint4 codes) {
