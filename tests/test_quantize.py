@@ -151,9 +151,10 @@ def test_dequantize_round_trip_error_bound(device):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shapes", [
-    ((1, 8, 512, 64), (1, 2, 512, 64)),     # every head fits in shared memory: one launch on CUDA
+    ((1, 8, 512, 64), (1, 2, 512, 64)),     # one launch on CUDA: a cluster per head (sm_90) or a block per head
     ((2, 4, 33, 128), (2, 4, 40, 128)),     # odd row counts
-    ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for shared memory: the two-pass kernels
+    ((1, 3, 50, 20), (1, 3, 70, 20)),       # 16-bit rows not in 16-byte vectors: a block per head on any GPU
+    ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for a cluster or shared memory: the two-pass kernels
 ])
 def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     q_shape, kv_shape = shapes

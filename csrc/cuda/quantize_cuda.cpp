@@ -74,8 +74,9 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
   return {codes, scales};
 }
 
-// q, k and v in one launch when each head fits in shared memory (the case that matters for small shapes,
-// where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200); otherwise two passes each.
+// q, k and v in one launch when each head fits a cluster's registers (sm_90) or a block's shared memory (the case
+// that matters for small shapes, where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200);
+// otherwise two passes each.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const at::Tensor inputs[3] = {q, k, v};
@@ -99,8 +100,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     batch.first_block[t + 1] = batch.first_block[t] + batch.tensors[t].batch * batch.tensors[t].heads;
     batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
-  const int64_t smem_limit = at::cuda::getDeviceProperties(q.device().index())->sharedMemPerBlockOptin - 1024;
-  if (quantize_heads_smem_bytes(batch) <= smem_limit) {
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(q.device().index());
+  const int64_t smem_limit = props->sharedMemPerBlockOptin - 1024;
+  if (quantize_heads_by_cluster(batch, 10 * props->major + props->minor)) {
+    const cudaError_t err = launch_quantize_heads_cluster(batch, stream);
+    TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
+  } else if (quantize_heads_smem_bytes(batch) <= smem_limit) {
     const cudaError_t err = launch_quantize_heads(batch, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
   } else {

@@ -110,17 +110,17 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
 };
 
 // Starts the cp.async copies of K/V tile `tile` into slot `slot` of a [kStages][K codes, V codes] ring (nothing
-// from tile `end` on), by thread `thread` of `threads`, then commits a group either way so that the wait count
+// from tile `end` on), by thread `thread` of kThreads, then commits a group either way so that the wait count
 // stays uniform.
-template <class Cfg>
+template <class Cfg, int kThreads>
 __device__ __forceinline__ void issue_fp8_tile(uint8_t* ring, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows,
-                                               int tile, int end, int slot, int thread, int threads) {
+                                               int tile, int end, int slot, int thread) {
   if (tile < end) {
     uint8_t* codes = ring + slot * 2 * Cfg::kTileBytes;
     k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
-    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes, k_rows, thread, threads);
-    copy_tile_async<Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes + Cfg::kTileBytes, v_rows, thread,
-                                                                        threads);
+    copy_tile_async<kThreads, Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes, k_rows, thread);
+    copy_tile_async<kThreads, Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes + Cfg::kTileBytes, v_rows,
+                                                                                  thread);
   }
   cp_async_commit();
 }
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
                             p.seqlen_k};
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
-    issue_fp8_tile<Cfg>(ring, k_rows, v_rows, t, tiles, t % Cfg::kStages, threadIdx.x, Cfg::kThreads);
+    issue_fp8_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, t, tiles, t % Cfg::kStages, threadIdx.x);
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites
     const int next = tile + Cfg::kStages - 1;
-    issue_fp8_tile<Cfg>(ring, k_rows, v_rows, next, tiles, next % Cfg::kStages, threadIdx.x, Cfg::kThreads);
+    issue_fp8_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, next, tiles, next % Cfg::kStages, threadIdx.x);
     cp_async_wait<Cfg::kStages - 1>();
     __syncthreads();  // the tile's codes are visible to every warp
     const uint8_t* slot = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileBytes;

@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
     if (tile < tiles) {
       uint8_t* slot = ring + (tile % kStages) * 2 * Smem::kTileCodes;
       k_rows.key0 = v_rows.key0 = tile * T::kBlockN;
-      copy_tile_async(slot, k_rows, threadIdx.x, T::kThreads);
-      copy_tile_async(slot + Smem::kTileCodes, v_rows, threadIdx.x, T::kThreads);
+      copy_tile_async<T::kThreads>(slot, k_rows, threadIdx.x);
+      copy_tile_async<T::kThreads>(slot + Smem::kTileCodes, v_rows, threadIdx.x);
     }
     cp_async_commit();
   };

@@ -73,15 +73,20 @@ __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col,
 }
 
 // Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
-// `thread` of the `threads` taking part copies chunks thread, thread + threads, ...
-template <int kRows, int kCols, class Layout = DenseCodeLayout<kCols>>
-__device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int thread,
-                                                int threads) {
-  // Not unrolled: unrolling hoists one 64-bit source address per chunk out of the key loop, and ptxas then
-  // spills them (fp8_mma at D = 128, nvcc 13.0); cp.async does not wait, so the loop costs only its few ALU ops.
+// `thread` of the kThreads taking part keeps one 16-byte column and copies every (kThreads / chunks per row)-th
+// row. (Deriving row and column per chunk with signed divisions cost ~40 instructions a chunk, a third of
+// fp8_split's key loop at 1x8x512x64. Not unrolled: unrolling hoists one 64-bit address per chunk out of the key
+// loop, and ptxas spills them at D = 128.)
+template <int kThreads, int kRows, int kCols, class Layout = DenseCodeLayout<kCols>>
+__device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int thread) {
+  constexpr int kChunksPerRow = TileRows<kRows, kCols>::kChunksPerRow, kRowStep = kThreads / kChunksPerRow;
+  static_assert(kThreads % kChunksPerRow == 0, "every thread keeps one column");
+  const int col = static_cast<unsigned>(thread) % kChunksPerRow * 16;
 #pragma unroll 1
-  for (int ch = thread; ch < TileRows<kRows, kCols>::kChunks; ch += threads) {
-    cp_async_16(dst + Layout::offset(rows.row(ch), rows.col(ch)), rows.src(ch), rows.valid(ch));
+  for (int row = static_cast<unsigned>(thread) / kChunksPerRow; row < kRows; row += kRowStep) {
+    const int key = rows.key0 + row;
+    const bool valid = key < rows.seqlen;
+    cp_async_16(dst + Layout::offset(row, col), rows.head + (valid ? key * rows.row_stride + col : 0), valid);
   }
 }
 
