@@ -63,9 +63,7 @@ std::string canonical_variant(c10::string_view variant) {
   return name;
 }
 
-int resolve_variant(c10::string_view variant, const AttentionParams& p, const at::Tensor& q) {
-  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
-  const int sm = prop->major * 10 + prop->minor;
+int resolve_variant(c10::string_view variant, const AttentionParams& p, int sm) {
   if (variant == "auto") return auto_attention_variant(p, sm);
   if (variant == "fast") return fast_attention_variant(p, sm);
   const int index = find_attention_variant(canonical_variant(variant).c_str());
@@ -92,9 +90,12 @@ void fp8_forward_into_cuda(const at::Tensor& q, const at::Tensor& k, const at::T
   const c10::cuda::CUDAGuard guard(q.device());
   // Scales are tiny; the kernels read them as contiguous [B, H] arrays.
   const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
-  const AttentionParams p =
+  AttentionParams p =
       make_params(q, k, v, qs, ks, vs, out, lse, d, is_causal, resolve_softmax_scale(scale, d.head_dim));
-  const int index = resolve_variant(variant, p, q);
+  const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
+  const int sm = prop->major * 10 + prop->minor;
+  p.overlap_launch = sm >= 90;
+  const int index = resolve_variant(variant, p, sm);
   const cudaError_t err = launch_attention(p, index, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "sdpa::fp8_forward: launch of variant '", attention_variant_name(index),
               "' failed: ", cudaGetErrorString(err));

@@ -103,4 +103,28 @@ cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int sme
   return cudaGetLastError();
 }
 
+// launch_with_smem with programmatic dependent launch when `overlap` (sm_90 only): the kernel's blocks may start
+// while the previous kernel on the stream finishes, so the kernel must call wait_for_previous_grids() (ptx.cuh)
+// before its first global memory access that can depend on that kernel.
+template <typename Kernel, typename... Args>
+cudaError_t launch_overlapping(bool overlap, Kernel kernel, int64_t blocks, int threads, int smem_bytes,
+                               cudaStream_t stream, const Args&... args) {
+  if (!overlap) return launch_with_smem(kernel, blocks, threads, smem_bytes, stream, args...);
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+      err != cudaSuccess) {
+    return err;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute programmatic;
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &programmatic;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
 }  // namespace sdpa

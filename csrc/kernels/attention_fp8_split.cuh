@@ -92,6 +92,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_split_kernel(cons
   const int split = warp / Cfg::kRowGroups, group = warp % Cfg::kRowGroups;
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int first = split * tiles / Cfg::kSplits, last = (split + 1) * tiles / Cfg::kSplits;
+  allow_next_grid_launch();
+  wait_for_previous_grids();  // everything above is index math, overlapped with the previous kernel's tail
   const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];  // loaded now, used by the merge at the end
 
   uint8_t* ring = smem + split * Cfg::kSplitRingBytes;
@@ -146,9 +148,9 @@ struct Fp8SplitVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = Fp8SplitConfig<kHeadDim, kRowGroups, kSplits>;
     const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    return launch_with_smem(attention_fp8_split_kernel<Cfg, OutT>,
-                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
-                            Cfg::kSmemBytes, stream, p);
+    return launch_overlapping(p.overlap_launch, attention_fp8_split_kernel<Cfg, OutT>,
+                              static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
+                              Cfg::kSmemBytes, stream, p);
   }
 };
 

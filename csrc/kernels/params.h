@@ -27,6 +27,7 @@ struct AttentionParams {
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
   float softmax_scale;  // multiplies q.k of the dequantized inputs
   bool is_causal;       // top-left aligned: query i sees keys j <= i
+  bool overlap_launch;  // programmatic dependent launch allowed (sm_90): see launch_overlapping
   OutputType out_type;
 };
 

@@ -24,6 +24,21 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Programmatic dependent launch (sm_90; no-ops on older archs and in launches that did not allow it). A kernel
+// launched by launch_overlapping may start while the kernel before it on the stream is still running: it must
+// wait_for_previous_grids() before it reads or writes global memory that kernel touches. allow_next_grid_launch()
+// lets the next such kernel start early; that kernel still waits for this one to finish.
+__device__ __forceinline__ void wait_for_previous_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_grid_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // Named barriers: `count` threads (a multiple of 32) take part; id 0 is __syncthreads'.
 __device__ __forceinline__ void barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

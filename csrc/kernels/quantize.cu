@@ -14,6 +14,7 @@
 #include "attention_common.cuh"
 #include "fp8.h"
 #include "launch.h"
+#include "ptx.cuh"
 
 namespace sdpa {
 namespace {
@@ -255,6 +256,8 @@ __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel
   const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
   const int per_block = (vecs + kClusterCtas - 1) / kClusterCtas;
   const int begin = rank * per_block, end = min(vecs, begin + per_block);
+  allow_next_grid_launch();
+  wait_for_previous_grids();  // launched overlapping the previous kernel (sm_90), which may write x
 
   uint4 held[kHeldVectors];
   float amax = 0.0f;
@@ -306,12 +309,14 @@ cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, cudaStream_
   config.gridDim = dim3(static_cast<unsigned>(b.first_block[b.count]) * kClusterCtas);
   config.blockDim = dim3(kClusterThreads);
   config.stream = stream;
-  cudaLaunchAttribute cluster_dims;
-  cluster_dims.id = cudaLaunchAttributeClusterDimension;
-  cluster_dims.val.clusterDim.x = kClusterCtas;
-  cluster_dims.val.clusterDim.y = cluster_dims.val.clusterDim.z = 1;
-  config.attrs = &cluster_dims;
-  config.numAttrs = 1;
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = kClusterCtas;
+  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see wait_for_previous_grids
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = 2;
   return cudaLaunchKernelEx(&config, quantize_heads_cluster_kernel<T>, b);
 }
 
