@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <climits>
 #include <type_traits>
 
 #include "attention_common.cuh"
@@ -323,7 +324,8 @@ cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, cudaStream_
 }  // namespace
 
 bool quantize_heads_by_cluster(const QuantizeHeadsParams& b, int sm) {
-  if (sm < 90 || !b.vectorized) return false;
+  // The grid is kClusterCtas blocks per head, and grid.x is at most 2^31 - 1.
+  if (sm < 90 || !b.vectorized || b.first_block[b.count] > INT_MAX / kClusterCtas) return false;
   for (int t = 0; t < b.count; ++t) {
     const QuantizeParams& p = b.tensors[t];
     const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
