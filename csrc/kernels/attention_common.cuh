@@ -46,6 +46,13 @@ __device__ __forceinline__ HeadCoords coords_of(const AttentionParams& p, int he
   c.head_kv = c.head_q / (p.heads_q / p.heads_kv);
   return c;
 }
+// Query tiles of `block_m` rows per head, and the grid of one block per tile of every (batch, head).
+__host__ __device__ __forceinline__ int query_tiles(const AttentionParams& p, int block_m) {
+  return (p.seqlen_q + block_m - 1) / block_m;
+}
+inline int64_t attention_blocks(const AttentionParams& p, int block_m) {
+  return static_cast<int64_t>(query_tiles(p, block_m)) * p.batch * p.heads_q;
+}
 // Flat block index -> coordinates, with `blocks_per_head` query tiles per head: the tiles of one head are
 // consecutive blocks.
 __device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {

@@ -128,7 +128,7 @@ __device__ __forceinline__ void issue_fp8_tile(uint8_t* ring, typename Cfg::Rows
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) uint8_t ring[];  // [kStages][K codes, V codes], swizzled
-  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
@@ -165,8 +165,7 @@ struct Fp8Variant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = Fp8Config<kHeadDim, kWarps, kStages>;
-    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    return launch_with_smem(attention_fp8_kernel<Cfg, OutT>, static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q,
+    return launch_with_smem(attention_fp8_kernel<Cfg, OutT>, attention_blocks(p, Cfg::kBlockM),
                             Cfg::kThreads, Cfg::kSmemBytes, stream, p);
   }
 };

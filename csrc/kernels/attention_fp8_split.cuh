@@ -85,7 +85,7 @@ __device__ __forceinline__ void merge_partials(const float* partials, const Atte
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_split_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
-  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -147,9 +147,8 @@ struct Fp8SplitVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = Fp8SplitConfig<kHeadDim, kRowGroups, kSplits>;
-    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_overlapping(p.overlap_launch, attention_fp8_split_kernel<Cfg, OutT>,
-                              static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
+                              attention_blocks(p, Cfg::kBlockM), Cfg::kThreads,
                               Cfg::kSmemBytes, stream, p);
   }
 };

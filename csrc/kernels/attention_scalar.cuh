@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
   Smem& s = *reinterpret_cast<Smem*>(smem_raw);
   uint8_t* ring = smem_raw + Smem::kRingOffset;
 
-  const int blocks_per_head = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const int blocks_per_head = query_tiles(p, T::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * T::kBlockM;
   const int row = threadIdx.x / T::kThreadsPerRow;
@@ -162,9 +162,8 @@ template <int kStages>
 struct ScalarVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    const int blocks_per_head = (p.seqlen_q + ScalarTiles::kBlockM - 1) / ScalarTiles::kBlockM;
     return launch_with_smem(attention_scalar_kernel<kHeadDim, kStages, OutT>,
-                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, ScalarTiles::kThreads,
+                            attention_blocks(p, ScalarTiles::kBlockM), ScalarTiles::kThreads,
                             ScalarSmem<kHeadDim, kStages>::kBytes, stream, p);
   }
 };

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #if SDPA_HAS_SM90A
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
-  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = p.is_causal ? head_coords_heavy_first(p, blocks_per_head) : head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
@@ -338,9 +338,8 @@ struct WgmmaVariant {
     if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockM, Cfg::kBlockN, kFp8Scores, &maps); err != cudaSuccess) {
       return err;
     }
-    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_wgmma_kernel<Cfg, OutT>,
-                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
+                            attention_blocks(p, Cfg::kBlockM), Cfg::kThreads,
                             Cfg::kSmemBytes, stream, p, maps);
   }
 };

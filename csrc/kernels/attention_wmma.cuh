@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
   __half* sP = reinterpret_cast<__half*>(reinterpret_cast<float*>(sV + Cfg::kHalfTile) + Cfg::kWarps * Cfg::kScratch) +
                warp * Cfg::kP;
 
-  const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const uint8_t* k = p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride;
@@ -163,9 +163,8 @@ struct WmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = WmmaConfig<kHeadDim>;
-    const int blocks_per_head = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
     return launch_with_smem(attention_wmma_kernel<kHeadDim, OutT>,
-                            static_cast<int64_t>(blocks_per_head) * p.batch * p.heads_q, Cfg::kThreads,
+                            attention_blocks(p, Cfg::kBlockM), Cfg::kThreads,
                             Cfg::kSmemBytes, stream, p);
   }
 };
