@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "params.h"
 
@@ -19,6 +20,23 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Writes kCount consecutive outputs value * scale: one store of all of them where `out` is aligned to their size
+// (rows only need a contiguous last dim, so a row may start anywhere), else one store each.
+template <int kCount, typename OutT>
+__device__ __forceinline__ void store_outputs(OutT* out, const float (&value)[kCount], float scale) {
+  static_assert(kCount == 2 || kCount == 8, "4- or 16-byte stores");
+  using Vector = std::conditional_t<kCount == 8, uint4, uint32_t>;
+  OutT packed[kCount];
+#pragma unroll
+  for (int e = 0; e < kCount; ++e) packed[e] = from_float<OutT>(value[e] * scale);
+  if (reinterpret_cast<uintptr_t>(out) % sizeof(Vector) == 0) {
+    *reinterpret_cast<Vector*>(out) = *reinterpret_cast<const Vector*>(packed);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) out[e] = packed[e];
+  }
+}
 
 // Max / sum over groups of kWidth consecutive lanes (kWidth a power of two <= 32).
 template <int kWidth>

@@ -29,20 +29,6 @@ struct Fp8SplitConfig {
   using Layout = SwizzledCodeLayout<kHeadDim>;
 };
 
-// Writes 8 consecutive outputs: one 16-byte store where the row allows it (rows only need a contiguous last dim).
-template <typename OutT>
-__device__ __forceinline__ void store_8(OutT* out, const float (&value)[8], float scale) {
-  if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    OutT packed[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) packed[e] = from_float<OutT>(value[e] * scale);
-    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(packed);
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = from_float<OutT>(value[e] * scale);
-  }
-}
-
 // Merges the kSplits partials of every row of the block and writes out and lse. A thread takes 8 consecutive dims
 // of a row, so the split weights are derived once per 8 outputs (once per output, the merge took 434 of a warp's
 // 3379 instructions at 1x8x512x64).
@@ -74,7 +60,7 @@ __device__ __forceinline__ void merge_partials(const float* partials, const Atte
     }
     OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
                 (row0 + row) * p.out_row_stride;
-    store_8(out + dim0, value, v_scale / sum);
+    store_outputs(out + dim0, value, v_scale / sum);
     if (dim0 == 0) {
       p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + (row0 + row) * p.lse_row_stride] =
           (m + log2f(sum)) * kLn2;

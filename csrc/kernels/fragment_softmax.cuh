@@ -150,8 +150,8 @@ struct FragmentRows {
     finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
 #pragma unroll
       for (int dt = 0; dt < kOTiles; ++dt) {
-        out[dt * 8 + 2 * (lane % 4)] = from_float<OutT>(o[dt][2 * r] * out_scale);
-        out[dt * 8 + 2 * (lane % 4) + 1] = from_float<OutT>(o[dt][2 * r + 1] * out_scale);
+        const float pair[2] = {o[dt][2 * r], o[dt][2 * r + 1]};
+        store_outputs(out + dt * 8 + 2 * (lane % 4), pair, out_scale);
       }
     });
   }

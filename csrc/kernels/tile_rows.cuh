@@ -57,19 +57,17 @@ __device__ __forceinline__ uint4 xor_codes(uint4 codes, uint32_t sign) {
   return make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
 }
 
+// Converts 8 consecutive codes (two words) into 8 halves.
+__device__ __forceinline__ uint4 decode_8(uint32_t lo, uint32_t hi) {
+  return make_uint4(e4m3x2_to_half2(static_cast<uint16_t>(lo & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(lo >> 16)),
+                    e4m3x2_to_half2(static_cast<uint16_t>(hi & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(hi >> 16)));
+}
+
 // Converts 16 consecutive codes of one row into two 16-byte fp16 chunks at Layout::offset (in halves).
 template <class Layout>
 __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col, uint4 codes) {
-  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t halves[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    halves[2 * i] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] & 0xFFFFu));
-    halves[2 * i + 1] = e4m3x2_to_half2(static_cast<uint16_t>(words[i] >> 16));
-  }
-  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
-  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) =
-      make_uint4(halves[4], halves[5], halves[6], halves[7]);
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col)) = decode_8(codes.x, codes.y);
+  *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) = decode_8(codes.z, codes.w);
 }
 
 // Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
