@@ -64,6 +64,10 @@ __device__ __forceinline__ HeadCoords coords_of(const AttentionParams& p, int he
   c.head_kv = c.head_q / (p.heads_q / p.heads_kv);
   return c;
 }
+// The first Q code of the block's (batch, query head).
+__device__ __forceinline__ const uint8_t* q_head(const AttentionParams& p, const HeadCoords& c) {
+  return p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
+}
 // Query tiles of `block_m` rows per head, and the grid of one block per tile of every (batch, head).
 __host__ __device__ __forceinline__ int query_tiles(const AttentionParams& p, int block_m) {
   return (p.seqlen_q + block_m - 1) / block_m;
@@ -98,6 +102,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // Online-softmax state of one query row, in log2 units: scores are pre-multiplied by scale * log2(e).
 struct RowSoftmax {
+  // The running max moves only when a tile's max exceeds it by more than kMaxSlack: after the first tiles most
+  // leave it, and so the O accumulators, alone (correction 1). P = exp2(score - max) then stays below
+  // 2^kMaxSlack = 256, where fp16 is exactly as precise as below 1; O and the sum stay consistent with `max`, so
+  // out and lse are the same softmax.
+  static constexpr float kMaxSlack = 8.0f;
   float max = -INFINITY;
   float sum = 0.0f;
 
@@ -105,10 +114,12 @@ struct RowSoftmax {
   // and the offset that the tile's exp2 arguments subtract. A row with nothing visible yet keeps max = -inf
   // and uses offset 0, so exp2(-inf - 0) = 0 instead of NaN.
   __device__ __forceinline__ float rescale(float tile_max, float* offset) {
-    const float new_max = fmaxf(max, tile_max);
-    *offset = new_max == -INFINITY ? 0.0f : new_max;
-    const float correction = exp2f(max - *offset);
-    max = new_max;
+    if (!(tile_max > max + kMaxSlack)) {
+      *offset = max == -INFINITY ? 0.0f : max;
+      return 1.0f;
+    }
+    const float correction = exp2f(max - tile_max);
+    *offset = max = tile_max;
     sum *= correction;
     return correction;
   }

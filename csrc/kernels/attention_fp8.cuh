@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   Fp8WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, warp, lane);
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
+  w.load_q(q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
 
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites

@@ -45,21 +45,6 @@ struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
   using FragmentRows<kD / 8>::softmax;
   uint32_t q[kD / 16][4];  // A fragments of Q, fp16
 
-  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
-    const uint32_t sign = flip_sign ? 0x80008000u : 0u;
-    const int c = lane % 4;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // a0a1: (g, 2c) a2a3: (g + 8, 2c) a4a5: (g, 2c + 8) a6a7: (g + 8, 2c + 8)
-        const int r = row[i % 2], col = ks * 16 + (i / 2) * 8 + 2 * c;
-        q[ks][i] = r < seqlen_q
-                       ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col)) ^ sign
-                       : 0u;
-      }
-    }
-  }
-
   __device__ void consume(const __half* k_tile, const __half* v_tile, int key0, const AttentionParams& p, int lane) {
     using Layout = typename Cfg::Layout;
     const int mat = lane / 8, mat_row = lane % 8;
@@ -190,7 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
   }
   WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, warp, lane);
-  w.load_q(p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, p.seqlen_q, flip_q, lane);
+  w.load_half_q(w.q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
   if constexpr (Cfg::kProducers > 0) {
     consume_ring<Cfg>(w, smem, tiles, p, lane);
   } else {

@@ -1,16 +1,18 @@
 // The Hopper variants (sm_90a): warpgroup MMA with a producer warpgroup, FlashAttention-3 style.
-//   wgmma      full tier: Q and K decoded to fp16 (exact), S = Q K^T by fp16 wgmma with fp32 sums
+//   wgmma      full tier: Q and K decoded to fp16 (exact), S = Q K^T by fp16 wgmma with fp32 sums, Q from
+//              registers
 //   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
 //              about 14 significant bits (lse off by up to 1.0e-3, and by 1.5 at |lse| ~ 4000, where fp32 sums
 //              stay under 5.6e-4 and 5.0e-4)
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
-//   producer     one thread starts TMA copies of the block's Q codes once and of each K/V tile (kBlockN keys)
-//                into a ring of kStages slots; the warpgroup decodes V (and for `wgmma` Q and K) to fp16 in shared
-//                memory, flips the sign of Q when the scale product is negative, and hands each slot over with a
-//                named barrier.
+//   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots, and
+//                for `wgmma_fp8` of the block's Q codes once; the warpgroup decodes V (and for `wgmma` K) to fp16
+//                in shared memory, flips the sign of the Q codes when the scale product is negative
+//                (`wgmma_fp8`), and hands each slot over with a named barrier.
 //   2 consumers  64 query rows each; per tile
-//                  S = Q K^T   wgmma from shared memory (see above)
+//                  S = Q K^T   wgmma from shared memory (see above); for `wgmma` Q is A fragments in registers,
+//                              decoded by each consumer from global memory at the start
 //                  softmax     in registers: wgmma's accumulators are, per warp, the m16n8 C layout of 16 rows,
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
@@ -18,9 +20,9 @@
 // P (kBlockN / 4 words) and O (D / 2 floats) per thread.
 //
 // Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits):
-//   Q codes [128][D] (+ Q fp16 for `wgmma`), then per slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K),
+//   Q codes [128][D] (`wgmma_fp8` only), then per slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K),
 //   then the mbarriers of the TMA copies. fp16 tiles are D / 64 panels of [rows][64 dims] with the 128-byte
-//   swizzle (chunk ^ row % 8): K-major for Q and K, N-major for V. For `wgmma_fp8` the TMA writes Q and K codes
+//   swizzle (chunk ^ row % 8): K-major for K, N-major for V. For `wgmma_fp8` the TMA writes Q and K codes
 //   in wgmma's 64- or 128-byte swizzle of D-byte rows (SwizzledCodeLayout); staged codes are plain.
 // The copies use TMA rather than cp.async because the proxy fence that must follow cp.async before wgmma may read
 // the data (MEMBAR.ALL.CTA in SASS) waits for every copy still in flight: with cp.async the ring never held more
@@ -41,22 +43,25 @@ struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kFp8Scores = kFp8Scores_;
   // Ring depth: the producer refills a slot while the consumers work through the other two. At D = 128 the fp16
-  // K of `wgmma` halves the key tile to fit: 192 KB of the 227 KB a block may have (wgmma_fp8: 209 KB).
+  // K of `wgmma` halves the key tile to fit: 145 KB of the 227 KB a block may have, 289 KB with 128 keys
+  // (wgmma_fp8: 209 KB).
   static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = 2;
   static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kQBytes = kBlockM * kHeadDim;
-  static constexpr int kQHalfBytes = kFp8Scores ? 0 : 2 * kQBytes;
+  static constexpr int kQBytes = kFp8Scores ? kBlockM * kHeadDim : 0;
   static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
-  static constexpr int kQPanelBytes = kBlockM * 64 * 2;      // 64 dims of fp16 Q
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
   static constexpr int kSlotBytes = 2 * kCodeTileBytes + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
+  // Rows per batch of the producers' decode (decode_tile). H200, graph us at 4x16x2048x128 / 1x16x8192x128,
+  // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
+  // 232 / 802 with one, 241 / 867 with 4.
+  static constexpr int kDecodeBatch = kFp8Scores ? 1 : 4;
   static constexpr int kBarrierBytes = 8 * (kStages + 1);  // an mbarrier per slot and one for Q
   static constexpr int kSmemBytes =
-      1024 + kQBytes + kQHalfBytes + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
+      1024 + kQBytes + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
 };
@@ -81,9 +86,8 @@ struct WgmmaSmem {
   uint8_t* base;  // 1024-byte aligned
 
   __device__ uint8_t* q() const { return base; }
-  __device__ __half* q_halves() const { return reinterpret_cast<__half*>(base + Cfg::kQBytes); }
   __device__ uint8_t* k_codes(int slot) const {
-    return base + Cfg::kQBytes + Cfg::kQHalfBytes + slot * Cfg::kSlotBytes;
+    return base + Cfg::kQBytes + slot * Cfg::kSlotBytes;
   }
   __device__ uint8_t* v_codes(int slot) const { return k_codes(slot) + Cfg::kCodeTileBytes; }
   __device__ __half* v_halves(int slot) const {
@@ -134,12 +138,23 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
   const uint8_t* src = codes + row * kD + col;
   __half* first = halves + HalfPanelLayout<kRows>::offset(row, col + (upper_first ? 8 : 0));
   __half* second = halves + HalfPanelLayout<kRows>::offset(row, col + (upper_first ? 0 : 8));
+  // Loads of kDecodeBatch rows ahead of their stores: ptxas keeps a load behind any earlier shared store (they
+  // might alias), so with one row at a time each chunk waits out the load latency.
+  constexpr int kBatch = Cfg::kDecodeBatch;
+  static_assert(kRows / kRowStep % kBatch == 0, "whole batches");
 #pragma unroll 2
-  for (int step = 0; step < kRows / kRowStep; ++step) {
-    uint4 c = xor_codes(*reinterpret_cast<const uint4*>(src + step * kRowStep * kD), sign);
-    if (upper_first) c = make_uint4(c.z, c.w, c.x, c.y);
-    *reinterpret_cast<uint4*>(first + step * kRowStep * 64) = decode_8(c.x, c.y);
-    *reinterpret_cast<uint4*>(second + step * kRowStep * 64) = decode_8(c.z, c.w);
+  for (int step0 = 0; step0 < kRows / kRowStep; step0 += kBatch) {
+    uint4 c[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      c[i] = xor_codes(*reinterpret_cast<const uint4*>(src + (step0 + i) * kRowStep * kD), sign);
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (upper_first) c[i] = make_uint4(c[i].z, c[i].w, c[i].x, c[i].y);
+      *reinterpret_cast<uint4*>(first + (step0 + i) * kRowStep * 64) = decode_8(c[i].x, c[i].y);
+      *reinterpret_cast<uint4*>(second + (step0 + i) * kRowStep * 64) = decode_8(c[i].z, c[i].w);
+    }
   }
 }
 
@@ -156,8 +171,10 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   if (elected) {
     for (int slot = 0; slot <= Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
     fence_mbarrier_init();
-    mbarrier_arrive_expect_bytes(smem.q_loaded(), Cfg::kQBytes);
-    tma_load_4d(smem.q(), maps.q, 0, row0, c.head_q, c.batch, smem.q_loaded());
+    if constexpr (Cfg::kFp8Scores) {
+      mbarrier_arrive_expect_bytes(smem.q_loaded(), Cfg::kQBytes);
+      tma_load_4d(smem.q(), maps.q, 0, row0, c.head_q, c.batch, smem.q_loaded());
+    }
   }
   barrier_sync(Bars::kProducers, kP);  // the mbarriers are initialized
   auto issue = [&](int tile) {
@@ -175,15 +192,11 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages;
     mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    if (tile == 0) {  // Q lands before the first FULL barrier
+    if (Cfg::kFp8Scores && tile == 0) {  // Q lands before the first FULL barrier
       mbarrier_wait(smem.q_loaded(), 0);
-      if constexpr (Cfg::kFp8Scores) {
-        for (int i = tid; flip_q && i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
-          uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
-          *codes = xor_codes(*codes, sign);
-        }
-      } else {
-        decode_tile<Cfg, Cfg::kBlockM>(smem.q(), smem.q_halves(), sign, tid);
+      for (int i = tid; flip_q && i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
+        uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
+        *codes = xor_codes(*codes, sign);
       }
     }
     if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Cfg::kThreads);
@@ -204,17 +217,21 @@ template <class Cfg>
 struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   using FragmentRows<kD / 8>::o;
-  uint64_t q_desc;  // the group's 64 rows of Q
+  uint64_t q_desc;         // wgmma_fp8: the group's 64 rows of Q codes in shared memory
+  uint32_t q[kD / 16][4];  // wgmma: the warp's 16 rows of Q as fp16 A fragments
 
-  __device__ void set_q(const WgmmaSmem<Cfg>& smem, int group) {
+  // Q of the warp's rows. Keeping fp16 Q in registers (wgmma) spares the producers its decode at the start of
+  // every block and the tensor cores its shared-memory reads at every tile.
+  __device__ void set_q(const WgmmaSmem<Cfg>& smem, const AttentionParams& p, const HeadCoords& c, int group,
+                        bool flip_q, int lane) {
     if constexpr (Cfg::kFp8Scores) {
       q_desc = smem_descriptor(smem.q() + group * 64 * kD, 16, 8 * kD, kD);
     } else {
-      q_desc = smem_descriptor(smem.q_halves() + group * 64 * 64, 16, 1024, 128);
+      this->load_half_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     }
   }
 
-  // Starts S = Q K^T for the slot's tile (one commit group), both operands K-major. Code tiles (wgmma_fp8): 8-row
+  // Starts S = Q K^T for the slot's tile (one commit group), K K-major. Code tiles (wgmma_fp8, Q too): 8-row
   // groups 8 * kD bytes apart, a k32 step is 32 bytes = 2 descriptor units. fp16 panels (wgmma): 8-row groups 1024
   // bytes apart, a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot) {
@@ -227,8 +244,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
-        wgmma_f16_ss(s, q_desc + panel * (Cfg::kQPanelBytes / 16) + step,
-                     k_desc + panel * (Cfg::kPanelBytes / 16) + step, ks > 0);
+        wgmma_f16_rs<false>(s, q[ks], k_desc + panel * (Cfg::kPanelBytes / 16) + step, ks > 0);
       }
     }
     wgmma_commit();
@@ -239,7 +255,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   __device__ void issue_output(const uint32_t (&a)[kN / 16][4], const WgmmaSmem<Cfg>& smem, int slot) {
     const uint64_t v_desc = smem_descriptor(smem.v_halves(slot), Cfg::kPanelBytes, 1024, 128);
 #pragma unroll
-    for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs(o, a[kt], v_desc + 128 * kt);
+    for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], v_desc + 128 * kt, true);
     wgmma_commit();
   }
 };
@@ -258,8 +274,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   constexpr int kN = Cfg::kBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
-  w.start(p, c, row0, warp, lane);  // the producers flip Q's sign when the scale is negative
-  w.set_q(smem, group);
+  w.set_q(smem, p, c, group, w.start(p, c, row0, warp, lane), lane);
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first

@@ -68,8 +68,10 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[kNTiles][4], Ro
   }
 }
 
+// O *= correction per row; skipped when no row of the warp needs it, the usual case (RowSoftmax::kMaxSlack).
 template <int kOTiles>
 __device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float (&correction)[2]) {
+  if (!__any_sync(0xFFFFFFFFu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
 #pragma unroll
   for (int dt = 0; dt < kOTiles; ++dt) {
 #pragma unroll
@@ -126,6 +128,25 @@ struct FragmentRows {
     const ScoreScale scale(p, c);
     score_scale = scale.log2_units;
     return scale.flip_q;
+  }
+
+  // The fp16 A fragments (m16n8k16) of the warp's 16 rows of Q, decoded from E4M3 codes with the sign flipped
+  // when flip_sign; rows past seqlen_q read as 0.
+  template <int kKSteps>
+  __device__ void load_half_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
+                              bool flip_sign, int lane) const {
+    const uint32_t sign = flip_sign ? 0x80008000u : 0u;
+    const int c = lane % 4;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // a0a1: (g, 2c) a2a3: (g + 8, 2c) a4a5: (g, 2c + 8) a6a7: (g + 8, 2c + 8)
+        const int r = row[i % 2], col = ks * 16 + (i / 2) * 8 + 2 * c;
+        q[ks][i] = r < seqlen_q
+                       ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col)) ^ sign
+                       : 0u;
+      }
+    }
   }
 
   // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_scores); O must then be

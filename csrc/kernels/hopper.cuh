@@ -162,57 +162,31 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[16][4], uint64_
 #endif
 }
 
-// D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 16 and B 16 x N fp16, both K-major in shared memory.
-__device__ __forceinline__ void wgmma_f16_ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+// D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 16 fp16 from registers (the mma.sync m16n8k16 A fragment
+// of each warp's 16 rows), B 16 x N fp16 from shared memory, K-major or, with kTransposeB, N-major.
+template <bool kTransposeB>
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
 #if SDPA_HAS_SM90A
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : SDPA_ACC_TILES_0_7(d)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransposeB ? 1 : 0));
 #else
   __trap();
 #endif
 }
-__device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+template <bool kTransposeB>
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
 #if SDPA_HAS_SM90A
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
-      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransposeB ? 1 : 0));
 #else
   __trap();
 #endif
-}
-
-// D (64 x N, fp32) += A B: A 64 x 16 fp16 from registers (the mma.sync m16n8k16 A fragment of each warp's 16
-// rows), B 16 x N fp16 from shared memory, N-major (imm-trans-b = 1).
-__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-#if SDPA_HAS_SM90A
-  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32
-               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
-               : SDPA_ACC_TILES_0_7(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-#if SDPA_HAS_SM90A
-  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64
-               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-               : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void wgmma_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
-  wgmma_m64n64k16_f16_rs(d, a, b);
-}
-__device__ __forceinline__ void wgmma_f16_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
-  wgmma_m64n128k16_f16_rs(d, a, b);
 }
 
 #undef SDPA_ACC_TILE
