@@ -84,15 +84,29 @@ inline float resolve_softmax_scale(std::optional<double> scale, int64_t head_dim
   return static_cast<float>(value);
 }
 
-inline void check_quantize_inputs(const at::Tensor& x, const std::optional<at::Tensor>& scale) {
+// `name` is the argument's name in error messages: x for quantize_fp8, q, k or v for quantize_fp8_qkv.
+inline void check_quantize_inputs(const at::Tensor& x, const std::optional<at::Tensor>& scale,
+                                  const char* name = "x") {
   TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              "x must be torch.float16, torch.bfloat16 or torch.float32, got ", x.scalar_type());
-  TORCH_CHECK(x.dim() == 4, "x must have 4 dims [B, H, S, D], got ", x.dim(), " dims (shape ", x.sizes(), ")");
-  TORCH_CHECK(x.numel() > 0, "x must be non-empty, got shape ", x.sizes());
+              name, " must be torch.float16, torch.bfloat16 or torch.float32, got ", x.scalar_type());
+  TORCH_CHECK(x.dim() == 4, name, " must have 4 dims [B, H, S, D], got ", x.dim(), " dims (shape ", x.sizes(), ")");
+  TORCH_CHECK(x.numel() > 0, name, " must be non-empty, got shape ", x.sizes());
   if (scale.has_value()) {
-    TORCH_CHECK(scale->device() == x.device(), "scale must be on the same device as x (", x.device(), "), got ",
-                scale->device());
+    TORCH_CHECK(scale->device() == x.device(), "scale must be on the same device as ", name, " (", x.device(),
+                "), got ", scale->device());
     check_scale(*scale, "scale", x.size(0), x.size(1), "H");
+  }
+}
+
+// quantize_fp8_qkv: each of q, k, v a valid quantize_fp8 input, all of q's dtype and on q's device.
+inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const at::Tensor inputs[3] = {q, k, v};
+  const char* names[3] = {"q", "k", "v"};
+  for (int t = 0; t < 3; ++t) {
+    check_quantize_inputs(inputs[t], std::nullopt, names[t]);
+    TORCH_CHECK(inputs[t].scalar_type() == q.scalar_type(), names[t], " must have the dtype of q (", q.scalar_type(),
+                "), got ", inputs[t].scalar_type());
+    check_same_device(inputs[t], names[t], q);
   }
 }
 

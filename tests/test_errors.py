@@ -45,6 +45,9 @@ def test_device_mix(device):
     expect_error(replaced(args, VS, args[VS].to(other)), rf"v_scale must be on the same device as q \({device}")
     if device != "cpu":
         expect_error(replaced(args, K, args[K].cpu()), r"k must be on the same device as q \(cuda")
+        x = torch.randn(1, 2, 8, 64, device=device)
+        with pytest.raises(RuntimeError, match=r"v must be on the same device as q \(cuda"):
+            sdpa_ext.quantize_fp8_qkv(x, x, x.cpu())
 
 
 def test_shape_mismatch(device):
@@ -110,3 +113,10 @@ def test_quantize_bad_input(device):
         sdpa_ext.quantize_fp8(x[:, :, :0])
     with pytest.raises(RuntimeError, match=r"scale must have shape \[B, H\] = \[1, 2\], got \[2\]"):
         sdpa_ext.quantize_fp8(x, torch.ones(2, device=device))
+    # quantize_fp8_qkv names the offending input
+    with pytest.raises(RuntimeError, match=r"q must be torch.float16, torch.bfloat16 or torch.float32, got Int"):
+        sdpa_ext.quantize_fp8_qkv(x.int(), x, x)
+    with pytest.raises(RuntimeError, match=r"v must have 4 dims \[B, H, S, D\], got 3 dims"):
+        sdpa_ext.quantize_fp8_qkv(x, x, x[0])
+    with pytest.raises(RuntimeError, match=r"k must be non-empty"):
+        sdpa_ext.quantize_fp8_qkv(x, x[:, :, :0], x)

@@ -41,12 +41,7 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cpu(const at::Tensor& x, const s
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cpu(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const char* names[3] = {"q", "k", "v"};
-  const at::Tensor inputs[3] = {q, k, v};
-  for (int t = 0; t < 3; ++t) {
-    TORCH_CHECK(inputs[t].scalar_type() == q.scalar_type(), names[t], " must have the dtype of q (", q.scalar_type(),
-                "), got ", inputs[t].scalar_type());
-  }
+  check_quantize_qkv_inputs(q, k, v);
   auto [q8, qs] = quantize_fp8_cpu(q, std::nullopt);
   auto [k8, ks] = quantize_fp8_cpu(k, std::nullopt);
   auto [v8, vs] = quantize_fp8_cpu(v, std::nullopt);

@@ -79,15 +79,8 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
 // otherwise two passes each.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_qkv_inputs(q, k, v);
   const at::Tensor inputs[3] = {q, k, v};
-  const char* names[3] = {"q", "k", "v"};
-  for (int t = 0; t < 3; ++t) {
-    check_quantize_inputs(inputs[t], std::nullopt);
-    TORCH_CHECK(inputs[t].scalar_type() == q.scalar_type(), names[t], " must have the dtype of q (", q.scalar_type(),
-                "), got ", inputs[t].scalar_type());
-    TORCH_CHECK(inputs[t].device() == q.device(), names[t], " must be on the device of q (", q.device(), "), got ",
-                inputs[t].device());
-  }
   const c10::cuda::CUDAGuard guard(q.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   at::Tensor codes[3], scales[3];
