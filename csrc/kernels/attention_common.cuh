@@ -64,9 +64,27 @@ __device__ __forceinline__ HeadCoords coords_of(const AttentionParams& p, int he
   c.head_kv = c.head_q / (p.heads_q / p.heads_kv);
   return c;
 }
-// The first Q code of the block's (batch, query head).
+// Where the block's (batch, head) starts in each tensor: the first Q code of its query head, the first K and V
+// codes and the v_scale of its kv head, and row `row` of its query head in out and lse.
 __device__ __forceinline__ const uint8_t* q_head(const AttentionParams& p, const HeadCoords& c) {
   return p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
+}
+__device__ __forceinline__ const uint8_t* k_head(const AttentionParams& p, const HeadCoords& c) {
+  return p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride;
+}
+__device__ __forceinline__ const uint8_t* v_head(const AttentionParams& p, const HeadCoords& c) {
+  return p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride;
+}
+__device__ __forceinline__ float v_scale_of(const AttentionParams& p, const HeadCoords& c) {
+  return p.v_scale[c.batch * p.heads_kv + c.head_kv];
+}
+template <typename OutT>
+__device__ __forceinline__ OutT* out_row(const AttentionParams& p, const HeadCoords& c, int row) {
+  return static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
+         row * p.out_row_stride;
+}
+__device__ __forceinline__ float& lse_of(const AttentionParams& p, const HeadCoords& c, int row) {
+  return p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row * p.lse_row_stride];
 }
 // Query tiles of `block_m` rows per head, and the grid of one block per tile of every (batch, head).
 __host__ __device__ __forceinline__ int query_tiles(const AttentionParams& p, int block_m) {

@@ -132,10 +132,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
-                            p.seqlen_k};
-  const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
-                            p.seqlen_k};
+  const typename Cfg::Rows k_rows{k_head(p, c), p.k_row_stride, 0, p.seqlen_k};
+  const typename Cfg::Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
     issue_fp8_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, t, tiles, t % Cfg::kStages, threadIdx.x);

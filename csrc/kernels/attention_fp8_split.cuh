@@ -58,12 +58,10 @@ __device__ __forceinline__ void merge_partials(const float* partials, const Atte
         value[e + 3] += o.w * weight;
       }
     }
-    OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-                (row0 + row) * p.out_row_stride;
+    OutT* out = out_row<OutT>(p, c, row0 + row);
     store_outputs(out + dim0, value, v_scale / sum);
     if (dim0 == 0) {
-      p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + (row0 + row) * p.lse_row_stride] =
-          (m + log2f(sum)) * kLn2;
+      lse_of(p, c, row0 + row) = (m + log2f(sum)) * kLn2;
     }
   }
 }
@@ -82,13 +80,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_fp8_split_kernel(c
   const int first = split * tiles / Cfg::kSplits, last = (split + 1) * tiles / Cfg::kSplits;
   allow_next_grid_launch();
   wait_for_previous_grids();  // everything above is index math, overlapped with the previous kernel's tail
-  const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];  // loaded now, used by the merge at the end
+  const float v_scale = v_scale_of(p, c);  // loaded now, used by the merge at the end
 
   uint8_t* ring = smem + split * Cfg::kSplitRingBytes;
-  const typename Cfg::Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0,
-                            p.seqlen_k};
-  const typename Cfg::Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0,
-                            p.seqlen_k};
+  const typename Cfg::Rows k_rows{k_head(p, c), p.k_row_stride, 0, p.seqlen_k};
+  const typename Cfg::Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
   const int split_thread = threadIdx.x % Cfg::kSplitThreads, split_barrier = 1 + split;
   auto issue = [&](int tile) {
     issue_fp8_tile<Cfg, Cfg::kSplitThreads>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages,

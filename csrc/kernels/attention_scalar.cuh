@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
   const int query = row0 + row;
 
   const uint8_t* q = p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
-  Rows k_rows{p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride, p.k_row_stride, 0, p.seqlen_k};
-  Rows v_rows{p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride, p.v_row_stride, 0, p.seqlen_k};
+  Rows k_rows{k_head(p, c), p.k_row_stride, 0, p.seqlen_k};
+  Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
   const float score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] *
                             p.k_scale[c.batch * p.heads_kv + c.head_kv] * p.softmax_scale * kLog2e;
 
@@ -148,13 +148,12 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
   }
 
   if (query >= p.seqlen_q) return;
-  const float out_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv] / softmax.sum;
-  OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-              query * p.out_row_stride;
+  const float out_scale = v_scale_of(p, c) / softmax.sum;
+  OutT* out = out_row<OutT>(p, c, query);
 #pragma unroll
   for (int i = 0; i < kDimsPerThread; ++i) out[lane8 + i * T::kThreadsPerRow] = from_float<OutT>(acc[i] * out_scale);
   if (lane8 == 0) {
-    p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + query * p.lse_row_stride] = softmax.lse();
+    lse_of(p, c, query) = softmax.lse();
   }
 }
 

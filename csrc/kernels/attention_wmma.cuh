@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
   const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
-  const uint8_t* k = p.k + c.batch * p.k_batch_stride + c.head_kv * p.k_head_stride;
-  const uint8_t* v = p.v + c.batch * p.v_batch_stride + c.head_kv * p.v_head_stride;
+  const uint8_t* k = k_head(p, c);
+  const uint8_t* v = v_head(p, c);
   const float score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
                             p.softmax_scale * kLog2e;
   decode_half_tile<Cfg::kBlockM, kHeadDim, Cfg::kHalfPitch>(
@@ -150,12 +150,11 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
   }
   __syncwarp();
   if (query >= p.seqlen_q) return;
-  const float out_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv] / softmax.sum;
-  OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-              query * p.out_row_stride;
+  const float out_scale = v_scale_of(p, c) / softmax.sum;
+  OutT* out = out_row<OutT>(p, c, query);
   for (int d = half; d < kHeadDim; d += 2) out[d] = from_float<OutT>(scratch[row * Cfg::kScratchPitch + d] * out_scale);
   if (half == 0) {
-    p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + query * p.lse_row_stride] = softmax.lse();
+    lse_of(p, c, query) = softmax.lse();
   }
 }
 

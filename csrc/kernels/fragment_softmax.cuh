@@ -89,21 +89,19 @@ __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kN
 }
 
 // The epilogue of a lane's two rows: reduces the row sums over the quad and, for each row inside seqlen_q, lets
-// store_row(out_row, r, out_scale) write O * out_scale in the kernel's own fragment order, then writes lse.
+// store_row(out, r, out_scale) write O * out_scale in the kernel's own fragment order, then writes lse.
 template <typename OutT, typename StoreRow>
 __device__ __forceinline__ void finish_rows(RowSoftmax (&softmax)[2], const int (&row)[2], const AttentionParams& p,
                                             const HeadCoords& c, int lane, StoreRow store_row) {
-  const float v_scale = p.v_scale[c.batch * p.heads_kv + c.head_kv];
+  const float v_scale = v_scale_of(p, c);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     softmax[r].sum = group_sum<4>(softmax[r].sum);
     if (row[r] >= p.seqlen_q) continue;
-    OutT* out = static_cast<OutT*>(p.out) + c.batch * p.out_batch_stride + c.head_q * p.out_head_stride +
-                row[r] * p.out_row_stride;
+    OutT* out = out_row<OutT>(p, c, row[r]);
     store_row(out, r, v_scale / softmax[r].sum);
     if (lane % 4 == 0) {
-      p.lse[c.batch * p.lse_batch_stride + c.head_q * p.lse_head_stride + row[r] * p.lse_row_stride] =
-          softmax[r].lse();
+      lse_of(p, c, row[r]) = softmax[r].lse();
     }
   }
 }
