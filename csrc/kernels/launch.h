@@ -42,7 +42,7 @@ int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& params);
 // One launch for all the tensors: a block per head stages the head in shared memory, reduces its amax and
 // encodes it from there.
 cudaError_t launch_quantize_heads(const QuantizeHeadsParams& params, cudaStream_t stream);
-// The same for heads of up to 8 x 256 x 8 16-byte vectors on sm_90 and later: a cluster of 8 blocks per head
+// The same for heads of up to 8 x 256 x 8 16-byte vectors on sm_90 and later: a cluster of 8 or 16 blocks per head
 // holds the head in registers and reduces its amax through distributed shared memory.
 bool quantize_heads_by_cluster(const QuantizeHeadsParams& params, int sm);
 cudaError_t launch_quantize_heads_cluster(const QuantizeHeadsParams& params, cudaStream_t stream);

@@ -237,11 +237,15 @@ cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, cudaStream_t stream
   return launch(quantize_heads_kernel<T, 1>);
 }
 
-// The cluster kernel (sm_90): a cluster of kClusterCtas blocks per head, each holding its share of the head in
-// registers (at most kHeldVectors 16-byte vectors per thread). The blocks' amaxes meet through distributed shared
-// memory, so the head is read once and no block waits on another launch. At 1x8x512x64 the one-block-per-head
-// kernel ran 24 blocks for 3 x 8 heads and took 6.5 us on an H200, most of it one block streaming 64 KB.
-constexpr int kClusterCtas = 8, kClusterThreads = kQuantThreads, kHeldVectors = 8;  // block_max's block size
+// The cluster kernel (sm_90): a cluster of blocks per head, each holding its share of the head in registers (at
+// most kHeldVectors 16-byte vectors per thread). The blocks' amaxes meet through distributed shared memory, so
+// the head is read once and no block waits on another launch. At 1x8x512x64 the one-block-per-head kernel ran 24
+// blocks for 3 x 8 heads and took 6.5 us on an H200, most of it one block streaming 64 KB. Clusters of 16 blocks
+// (a non-portable size, where the GPU runs it) instead of 8, each thread then holding one vector instead of two:
+// 3.5-3.7 against 4.2 us per call for q, k and v at 1x8x512x64, end to end 9.0-9.1 against 9.5 us (H200, CUDA-graph
+// replay, two runs each). Letting the next kernel launch only after the amax (instead of at the start) did not
+// help: 3.9 us.
+constexpr int kMinClusterCtas = 8, kMaxClusterCtas = 16, kClusterThreads = kQuantThreads, kHeldVectors = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel(const QuantizeHeadsParams b) {
@@ -249,13 +253,14 @@ __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel
   constexpr int kVec = 16 / sizeof(T);
   namespace cg = cooperative_groups;
   const cg::cluster_group cluster = cg::this_cluster();
-  const int index = blockIdx.x / kClusterCtas, rank = static_cast<int>(cluster.block_rank());
+  const int ctas = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int index = blockIdx.x / ctas;
   const int t = tensor_of(b, index);
   const QuantizeParams& p = b.tensors[t];
   const int head = index - b.first_block[t];
   const T* x = static_cast<const T*>(p.x) + (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
   const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
-  const int per_block = (vecs + kClusterCtas - 1) / kClusterCtas;
+  const int per_block = (vecs + ctas - 1) / ctas;
   const int begin = rank * per_block, end = min(vecs, begin + per_block);
   allow_next_grid_launch();
   wait_for_previous_grids();  // launched overlapping the previous kernel (sm_90), which may write x
@@ -277,7 +282,7 @@ __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel
   if (threadIdx.x == 0) block_amax = amax;
   cluster.sync();  // every block's amax is in its shared memory
   if (threadIdx.x < 32) {
-    amax = threadIdx.x < kClusterCtas ? *cluster.map_shared_rank(&block_amax, threadIdx.x) : 0.0f;
+    amax = threadIdx.x < ctas ? *cluster.map_shared_rank(&block_amax, threadIdx.x) : 0.0f;
     amax = group_max<32>(amax);
     if (threadIdx.x == 0) {
       head_scale = scale_from_amax(amax);
@@ -304,15 +309,43 @@ __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel
 #endif
 }
 
+// kMaxClusterCtas where the GPU can run clusters that large of this kernel, else kMinClusterCtas; asked once per
+// device.
+template <typename T>
+int cluster_ctas(cudaLaunchConfig_t config) {
+  static int known[64] = {};  // by device ordinal; 0 = not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return kMinClusterCtas;
+  if (known[device] == 0) {
+    cudaLaunchAttribute cluster = {};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = kMaxClusterCtas;
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.gridDim = dim3(kMaxClusterCtas);
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    const bool fits =
+        cudaFuncSetAttribute(quantize_heads_cluster_kernel<T>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, quantize_heads_cluster_kernel<T>, &config) == cudaSuccess &&
+        clusters > 0;
+    cudaGetLastError();  // a refusal above is an answer, not an error of this launch
+    known[device] = fits ? kMaxClusterCtas : kMinClusterCtas;
+  }
+  return known[device];
+}
+
 template <typename T>
 cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(b.first_block[b.count]) * kClusterCtas);
   config.blockDim = dim3(kClusterThreads);
   config.stream = stream;
+  const int ctas = cluster_ctas<T>(config);
+  config.gridDim = dim3(static_cast<unsigned>(b.first_block[b.count]) * ctas);
   cudaLaunchAttribute attrs[2];
   attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = kClusterCtas;
+  attrs[0].val.clusterDim.x = ctas;
   attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
   attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see wait_for_previous_grids
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
@@ -324,12 +357,12 @@ cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, cudaStream_
 }  // namespace
 
 bool quantize_heads_by_cluster(const QuantizeHeadsParams& b, int sm) {
-  // The grid is kClusterCtas blocks per head, and grid.x is at most 2^31 - 1.
-  if (sm < 90 || !b.vectorized || b.first_block[b.count] > INT_MAX / kClusterCtas) return false;
+  // The grid is up to kMaxClusterCtas blocks per head, and grid.x is at most 2^31 - 1.
+  if (sm < 90 || !b.vectorized || b.first_block[b.count] > INT_MAX / kMaxClusterCtas) return false;
   for (int t = 0; t < b.count; ++t) {
     const QuantizeParams& p = b.tensors[t];
     const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
-    if (static_cast<int64_t>(p.rows) * p.cols > int64_t{kClusterCtas} * kClusterThreads * kHeldVectors * vec) {
+    if (static_cast<int64_t>(p.rows) * p.cols > int64_t{kMinClusterCtas} * kClusterThreads * kHeldVectors * vec) {
       return false;
     }
   }
