@@ -36,17 +36,19 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
   using FragmentRows<kD / 8>::o;
   using FragmentRows<kD / 8>::row;
   using FragmentRows<kD / 8>::softmax;
-  uint32_t q[kD / 32][4];  // A fragments of Q codes: regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at +16
+  E4m3Fragment q[kD / 32];  // A fragments of Q: regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at +16
 
   __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
     const uint32_t sign = flip_sign ? 0x80808080u : 0u;
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) {
+      uint32_t codes[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
-        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
+        codes[i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
       }
+      q[ks].set(codes);
     }
   }
 

@@ -74,21 +74,68 @@ __device__ __forceinline__ uint32_t e4m3x2_to_half2(uint16_t codes) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// The upper two codes (bytes 2 and 3) of a word to two fp16 values. The cvt reads the upper half of the register
+// itself; the shift that e4m3x2_to_half2(codes >> 16) compiles to costs one instruction per pair.
+__device__ __forceinline__ uint32_t e4m3x2_high_to_half2(uint32_t codes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t h;
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(h) : "r"(codes));
+  return h;
+#else
+  return e4m3x2_to_half2(static_cast<uint16_t>(codes >> 16));
+#endif
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// D = A B + D for one 16x8x32 tile of E4M3 codes (sm_89 and later): A 4 regs, B 2 regs of 4 codes each.
-// Products of E4M3 values are exact and accumulate in fp32. A and B registers with the same index and lane hold
-// the same k positions, so any consistent assignment of k to bytes gives the same dot products.
-__device__ __forceinline__ void mma_16x8x32_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+// On sm_90 the e4m3 mma.sync is not a tensor-core instruction of its own: ptxas turns it into fp16 HMMA on
+// converted codes, converts the A fragments again at every call and adds each k32 product into D with 4 FADDs
+// (fp8_split at 1x8x512x64: 64 FADD and 16 conversions of Q per warp and 64-key tile, beside 32 HMMA). There the
+// kernels keep A converted and chain the two k16 halves on D themselves; sm_89 runs it natively (QMMA).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900
+#define SDPA_E4M3_MMA_AS_FP16 1
+#else
+#define SDPA_E4M3_MMA_AS_FP16 0
+#endif
+
+// The A fragment of one m16n8k32 step of E4M3 codes: regs 0/1 rows g/g+8 at k 4c..4c+3, regs 2/3 at +16 (codes),
+// or, where the mma runs as fp16 (SDPA_E4M3_MMA_AS_FP16), the same codes as fp16 pairs: lo holds codes 0-1 of
+// each register, hi codes 2-3. Any consistent assignment of k to the lanes' bytes gives the same dot products, so
+// lo and hi are each the A fragment of an m16n8k16 step whose B fragments come from the same halves of B.
+struct E4m3Fragment {
+  uint32_t codes[4];
+  uint32_t lo[4], hi[4];
+  __device__ void set(const uint32_t (&a)[4]) {
+#if SDPA_E4M3_MMA_AS_FP16
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      lo[i] = e4m3x2_to_half2(static_cast<uint16_t>(a[i] & 0xFFFFu));
+      hi[i] = e4m3x2_high_to_half2(a[i]);
+    }
+#else
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes[i] = a[i];
+#endif
+  }
+};
+
+// D = A B + D for one 16x8x32 tile of E4M3 codes (sm_89 and later): B 2 regs of 4 codes each. Products of E4M3
+// values are exact and accumulate in fp32. A and B registers with the same index and lane hold the same k
+// positions, so any consistent assignment of k to bytes gives the same dot products.
+__device__ __forceinline__ void mma_16x8x32_e4m3(float (&d)[4], const E4m3Fragment& a, uint32_t b0, uint32_t b1) {
+#if SDPA_E4M3_MMA_AS_FP16
+  mma_16x8x16(d, a.lo, e4m3x2_to_half2(static_cast<uint16_t>(b0 & 0xFFFFu)),
+              e4m3x2_to_half2(static_cast<uint16_t>(b1 & 0xFFFFu)));
+  mma_16x8x16(d, a.hi, e4m3x2_high_to_half2(b0), e4m3x2_high_to_half2(b1));
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+      : "r"(a.codes[0]), "r"(a.codes[1]), "r"(a.codes[2]), "r"(a.codes[3]), "r"(b0), "r"(b1));
 #else
   __trap();  // the host never launches FP8 variants below sm_89
 #endif

@@ -26,6 +26,7 @@ struct TileRows {
 // A dense [rows][kCols] code buffer.
 template <int kCols>
 struct DenseCodeLayout {
+  static constexpr int kRowPeriod = 1;  // offset(r + kRowPeriod, c) = offset(r, c) + kRowPeriod * kCols
   __device__ static int offset(int row, int col) { return row * kCols + col; }
 };
 
@@ -36,6 +37,7 @@ template <int kCols>
 struct SwizzledCodeLayout {
   static constexpr int kChunks = kCols / 16;
   static_assert(kChunks == 4 || kChunks == 8, "64- or 128-byte rows");
+  static constexpr int kRowPeriod = 8;  // offset(r + kRowPeriod, c) = offset(r, c) + kRowPeriod * kCols
   __device__ static int offset(int row, int col) {
     return row * kCols + ((col / 16) ^ (row * kChunks / 8 % kChunks)) * 16 + col % 16;
   }
@@ -57,7 +59,8 @@ __device__ __forceinline__ uint4 xor_codes(uint4 codes, uint32_t sign) {
   return make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
 }
 
-// Converts 8 consecutive codes (two words) into 8 halves.
+// Converts 8 consecutive codes (two words) into 8 halves. The shifts stay: with e4m3x2_high_to_half2 instead,
+// `wgmma` took 1044 against 989 us at 1x16x8192x128 (H200, same run), its producers' schedule worse.
 __device__ __forceinline__ uint4 decode_8(uint32_t lo, uint32_t hi) {
   return make_uint4(e4m3x2_to_half2(static_cast<uint16_t>(lo & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(lo >> 16)),
                     e4m3x2_to_half2(static_cast<uint16_t>(hi & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(hi >> 16)));
@@ -72,19 +75,27 @@ __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col,
 
 // Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
 // `thread` of the kThreads taking part keeps one 16-byte column and copies every (kThreads / chunks per row)-th
-// row. (Deriving row and column per chunk with signed divisions cost ~40 instructions a chunk, a third of
-// fp8_split's key loop at 1x8x512x64. Not unrolled: unrolling hoists one 64-bit address per chunk out of the key
-// loop, and ptxas spills them at D = 128.)
+// row: one 64-bit address per tile, then a constant step per chunk, and where the row step keeps the layout's
+// swizzle (Layout::kRowPeriod) constant shared-memory offsets too. (Deriving row and column per chunk with signed
+// divisions cost ~40 instructions a chunk; computing each chunk's row address, ~27: at 1x8x512x64 fp8_split
+// spent 215 of its ~730 instructions per warp and tile issuing the next tile's copies, ncu on an H200.)
 template <int kThreads, int kRows, int kCols, class Layout = DenseCodeLayout<kCols>>
 __device__ __forceinline__ void copy_tile_async(uint8_t* dst, const TileRows<kRows, kCols>& rows, int thread) {
   constexpr int kChunksPerRow = TileRows<kRows, kCols>::kChunksPerRow, kRowStep = kThreads / kChunksPerRow;
   static_assert(kThreads % kChunksPerRow == 0, "every thread keeps one column");
+  constexpr bool kConstantOffsets = kRowStep % Layout::kRowPeriod == 0;
   const int col = static_cast<unsigned>(thread) % kChunksPerRow * 16;
-#pragma unroll 1
-  for (int row = static_cast<unsigned>(thread) / kChunksPerRow; row < kRows; row += kRowStep) {
-    const int key = rows.key0 + row;
-    const bool valid = key < rows.seqlen;
-    cp_async_16(dst + Layout::offset(row, col), rows.head + (valid ? key * rows.row_stride + col : 0), valid);
+  const int row0 = static_cast<unsigned>(thread) / kChunksPerRow;
+  const int64_t step = kRowStep * rows.row_stride;
+  const uint8_t* src = rows.head + (rows.key0 + row0) * rows.row_stride + col;
+  uint8_t* first = dst + Layout::offset(row0, col);
+#pragma unroll
+  for (int j = 0; j < (kRows + kRowStep - 1) / kRowStep; ++j, src += step) {
+    const int row = row0 + j * kRowStep;
+    if (kRows % kRowStep != 0 && row >= kRows) break;
+    const bool valid = rows.key0 + row < rows.seqlen;
+    cp_async_16(kConstantOffsets ? first + j * kRowStep * kCols : dst + Layout::offset(row, col),
+                valid ? src : rows.head, valid);
   }
 }
 
