@@ -54,8 +54,10 @@ _VARIANTS = (
     Variant("warp_spec", 5, "full", ("2producers", "swizzle"), "one (or with 2producers two) producer warps load "
             "and decode K/V into a 2-stage ring, four consumer warps compute; named-barrier handoff",
             aligned_rows=True),
-    Variant("fp8_mma", 6, "full", (), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T, V decoded in "
-            "registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; 64-row query tiles",
+    Variant("fp8_mma", 6, "full", (), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T (on sm_90, where "
+            "that instruction is fp16 HMMA on converted codes, Q converted once and the fp16 halves chained), V "
+            "decoded in registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; 64-row "
+            "query tiles",
             archs=FP8_ARCHS, aligned_rows=True),
     Variant("fp8_mma_m32", 6, "full", (), "fp8_mma with 32-row query tiles (2 warps): twice the blocks for small "
             "batches", archs=FP8_ARCHS, aligned_rows=True),
