@@ -9,6 +9,7 @@
 #include <cooperative_groups.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -313,10 +314,10 @@ __global__ void __launch_bounds__(kClusterThreads) quantize_heads_cluster_kernel
 // device.
 template <typename T>
 int cluster_ctas(cudaLaunchConfig_t config) {
-  static int known[64] = {};  // by device ordinal; 0 = not asked yet
+  static std::atomic<int> known[64];  // by device ordinal; 0 = not asked yet (threads asking at once agree)
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return kMinClusterCtas;
-  if (known[device] == 0) {
+  if (known[device].load(std::memory_order_relaxed) == 0) {
     cudaLaunchAttribute cluster = {};
     cluster.id = cudaLaunchAttributeClusterDimension;
     cluster.val.clusterDim.x = kMaxClusterCtas;
@@ -331,9 +332,9 @@ int cluster_ctas(cudaLaunchConfig_t config) {
         cudaOccupancyMaxActiveClusters(&clusters, quantize_heads_cluster_kernel<T>, &config) == cudaSuccess &&
         clusters > 0;
     cudaGetLastError();  // a refusal above is an answer, not an error of this launch
-    known[device] = fits ? kMaxClusterCtas : kMinClusterCtas;
+    known[device].store(fits ? kMaxClusterCtas : kMinClusterCtas, std::memory_order_relaxed);
   }
-  return known[device];
+  return known[device].load(std::memory_order_relaxed);
 }
 
 template <typename T>
