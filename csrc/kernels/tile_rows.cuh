@@ -60,7 +60,7 @@ __device__ __forceinline__ uint4 xor_codes(uint4 codes, uint32_t sign) {
 }
 
 // Converts 8 consecutive codes (two words) into 8 halves. The shifts stay: with e4m3x2_high_to_half2 instead,
-// `wgmma` took 1044 against 989 us at 1x16x8192x128 (H200, same run), its producers' schedule worse.
+// `wgmma` took 1044 against 989 us at 1x16x8192x128 (H200, same run; why was not analysed).
 __device__ __forceinline__ uint4 decode_8(uint32_t lo, uint32_t hi) {
   return make_uint4(e4m3x2_to_half2(static_cast<uint16_t>(lo & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(lo >> 16)),
                     e4m3x2_to_half2(static_cast<uint16_t>(hi & 0xFFFFu)), e4m3x2_to_half2(static_cast<uint16_t>(hi >> 16)));
