@@ -36,20 +36,13 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
   using FragmentRows<kD / 8>::o;
   using FragmentRows<kD / 8>::row;
   using FragmentRows<kD / 8>::softmax;
-  E4m3Fragment q[kD / 32];  // A fragments of Q: regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at +16
+  E4m3Fragment q[kD / 32];  // A fragments of Q (load_code_q)
 
   __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
-    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
+    uint32_t codes[kD / 32][4];
+    this->load_code_q(codes, q_head, row_stride, seqlen_q, flip_sign, lane);
 #pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) {
-      uint32_t codes[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
-        codes[i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
-      }
-      q[ks].set(codes);
-    }
+    for (int ks = 0; ks < kD / 32; ++ks) q[ks].set(codes[ks]);
   }
 
   __device__ void consume(const uint8_t* k_tile, const uint8_t* v_tile, int key0, const AttentionParams& p,

@@ -48,13 +48,9 @@ cudaError_t encode_code_map(CUtensorMap* map, const uint8_t* base, int batch, in
 
 }  // namespace
 
-cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, bool swizzle_qk, WgmmaMaps* maps) {
-  cudaError_t err = encode_code_map(&maps->q, p.q, p.batch, p.heads_q, p.seqlen_q, p.head_dim, p.q_batch_stride,
-                                    p.q_head_stride, p.q_row_stride, q_rows, swizzle_qk);
-  if (err == cudaSuccess) {
-    err = encode_code_map(&maps->k, p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.k_batch_stride,
-                          p.k_head_stride, p.k_row_stride, kv_rows, swizzle_qk);
-  }
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps) {
+  cudaError_t err = encode_code_map(&maps->k, p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.k_batch_stride,
+                                    p.k_head_stride, p.k_row_stride, kv_rows, swizzle_k);
   if (err == cudaSuccess) {
     err = encode_code_map(&maps->v, p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
                           p.v_head_stride, p.v_row_stride, kv_rows, false);

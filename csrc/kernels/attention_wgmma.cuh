@@ -6,24 +6,23 @@
 //              stay under 5.6e-4 and 5.0e-4)
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
-//   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots, and
-//                for `wgmma_fp8` of the block's Q codes once; the warpgroup decodes V (and for `wgmma` K) to fp16
-//                in shared memory, flips the sign of the Q codes when the scale product is negative
-//                (`wgmma_fp8`), and hands each slot over with a named barrier.
+//   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
+//                warpgroup decodes V (and for `wgmma` K) to fp16 in shared memory and hands each slot over with a
+//                named barrier.
 //   2 consumers  64 query rows each; per tile
-//                  S = Q K^T   wgmma from shared memory (see above); for `wgmma` Q is A fragments in registers,
-//                              decoded by each consumer from global memory at the start
+//                  S = Q K^T   wgmma with Q as A fragments in registers, loaded by each consumer from global memory
+//                              at the start (fp16 for `wgmma`, codes for `wgmma_fp8`), and K from shared memory
 //                  softmax     in registers: wgmma's accumulators are, per warp, the m16n8 C layout of 16 rows,
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
 // P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats),
 // P (kBlockN / 4 words) and O (D / 2 floats) per thread.
 //
-// Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits):
-//   Q codes [128][D] (`wgmma_fp8` only), then per slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K),
-//   then the mbarriers of the TMA copies. fp16 tiles are D / 64 panels of [rows][64 dims] with the 128-byte
-//   swizzle (chunk ^ row % 8): K-major for K, N-major for V. For `wgmma_fp8` the TMA writes Q and K codes
-//   in wgmma's 64- or 128-byte swizzle of D-byte rows (SwizzledCodeLayout); staged codes are plain.
+// Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits): per
+//   slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K), then the mbarriers of the TMA copies. fp16 tiles
+//   are D / 64 panels of [rows][64 dims] with the 128-byte swizzle (chunk ^ row % 8): K-major for K, N-major for
+//   V. For `wgmma_fp8` the TMA writes K codes in wgmma's 64- or 128-byte swizzle of D-byte rows
+//   (SwizzledCodeLayout); V codes are plain.
 // The copies use TMA rather than cp.async because the proxy fence that must follow cp.async before wgmma may read
 // the data (MEMBAR.ALL.CTA in SASS) waits for every copy still in flight: with cp.async the ring never held more
 // than one tile in flight and wgmma_fp8 took 401 us at 4x16x2048x128, 331 us with the V decode removed and 244 us
@@ -44,13 +43,12 @@ struct WgmmaConfig {
   static constexpr bool kFp8Scores = kFp8Scores_;
   // Ring depth: the producer refills a slot while the consumers work through the other two. At D = 128 the fp16
   // K of `wgmma` halves the key tile to fit: 145 KB of the 227 KB a block may have, 289 KB with 128 keys
-  // (wgmma_fp8: 209 KB).
+  // (wgmma_fp8: 193 KB).
   static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = 2;
   static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kQBytes = kFp8Scores ? kBlockM * kHeadDim : 0;
   static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
@@ -59,17 +57,16 @@ struct WgmmaConfig {
   // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
   // 232 / 802 with one, 241 / 867 with 4.
   static constexpr int kDecodeBatch = kFp8Scores ? 1 : 4;
-  static constexpr int kBarrierBytes = 8 * (kStages + 1);  // an mbarrier per slot and one for Q
-  static constexpr int kSmemBytes =
-      1024 + kQBytes + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
+  static constexpr int kBarrierBytes = 8 * kStages;  // an mbarrier per slot
+  static constexpr int kSmemBytes = 1024 + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
 };
 
-// TMA descriptors of the q, k and v codes as [B, H, S, D] tensors, with boxes of kBlockM (q) and kBlockN (k, v)
-// rows: q and k swizzled for e4m3 wgmma (wgmma_fp8) or plain like v.
+// TMA descriptors of the k and v codes as [B, H, S, D] tensors, with boxes of kBlockN rows: k swizzled for e4m3
+// wgmma (wgmma_fp8) or plain like v.
 struct WgmmaMaps {
-  CUtensorMap q, k, v;
+  CUtensorMap k, v;
 };
 
 // An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
@@ -85,10 +82,7 @@ template <class Cfg>
 struct WgmmaSmem {
   uint8_t* base;  // 1024-byte aligned
 
-  __device__ uint8_t* q() const { return base; }
-  __device__ uint8_t* k_codes(int slot) const {
-    return base + Cfg::kQBytes + slot * Cfg::kSlotBytes;
-  }
+  __device__ uint8_t* k_codes(int slot) const { return base + slot * Cfg::kSlotBytes; }
   __device__ uint8_t* v_codes(int slot) const { return k_codes(slot) + Cfg::kCodeTileBytes; }
   __device__ __half* v_halves(int slot) const {
     return reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
@@ -97,7 +91,6 @@ struct WgmmaSmem {
   __device__ uint64_t* tile_loaded(int slot) const {
     return reinterpret_cast<uint64_t*>(k_codes(Cfg::kStages)) + slot;
   }
-  __device__ uint64_t* q_loaded() const { return tile_loaded(Cfg::kStages); }
 };
 
 // Named barriers (id 0 is __syncthreads'):
@@ -121,7 +114,7 @@ struct WgmmaBarriers {
   __device__ static bool refilled(int tile, int tiles) { return tile >= 0 && tile + Cfg::kStages < tiles; }
 };
 
-// Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout), `sign` XORed into every code.
+// Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout).
 // Producer thread `tid` keeps one 16-code column and steps kRowStep rows, a multiple of the swizzle's 8, so its
 // chunks stay in place and every address is one base plus a constant. (Deriving row and column per chunk with
 // signed divisions took ~45 instructions a chunk, and the producers of `wgmma` at 4x16x2048x128 were busy 92% of
@@ -130,7 +123,7 @@ struct WgmmaBarriers {
 // odd panel's threads write their upper half first and the phase covers 8 different bank groups (this was a
 // 2-way conflict, 8.7 M of the 21.8 M store wavefronts).
 template <class Cfg, int kRows>
-__device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves, uint32_t sign, int tid) {
+__device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves, int tid) {
   constexpr int kD = Cfg::kHeadDim, kChunksPerRow = kD / 16, kRowStep = Cfg::kProducerThreads / kChunksPerRow;
   static_assert(kRowStep % 8 == 0 && kRows % kRowStep == 0, "whole row steps that keep the swizzle");
   const int col = static_cast<unsigned>(tid) % kChunksPerRow * 16, row = static_cast<unsigned>(tid) / kChunksPerRow;
@@ -147,7 +140,7 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
     uint4 c[kBatch];
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      c[i] = xor_codes(*reinterpret_cast<const uint4*>(src + (step0 + i) * kRowStep * kD), sign);
+      c[i] = *reinterpret_cast<const uint4*>(src + (step0 + i) * kRowStep * kD);
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
@@ -158,23 +151,19 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
   }
 }
 
-// The producer warpgroup: Q once, then per tile the K and V codes by TMA (kStages - 1 tiles ahead), decoded to
-// fp16. Code slots are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its
-// P V is done (two tiles later in the consumers' pipeline).
+// The producer warpgroup: per tile the K and V codes by TMA (kStages - 1 tiles ahead), decoded to fp16. Code slots
+// are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its P V is done (two
+// tiles later in the consumers' pipeline).
 template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
-                                              int row0, int tiles, bool flip_q) {
+                                              int row0, int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kProducerThreads;
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
   if (elected) {
-    for (int slot = 0; slot <= Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
+    for (int slot = 0; slot < Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
     fence_mbarrier_init();
-    if constexpr (Cfg::kFp8Scores) {
-      mbarrier_arrive_expect_bytes(smem.q_loaded(), Cfg::kQBytes);
-      tma_load_4d(smem.q(), maps.q, 0, row0, c.head_q, c.batch, smem.q_loaded());
-    }
   }
   barrier_sync(Bars::kProducers, kP);  // the mbarriers are initialized
   auto issue = [&](int tile) {
@@ -188,21 +177,13 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) issue(t);
 
-  const uint32_t sign = flip_q ? 0x80808080u : 0u;
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages;
     mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    if (Cfg::kFp8Scores && tile == 0) {  // Q lands before the first FULL barrier
-      mbarrier_wait(smem.q_loaded(), 0);
-      for (int i = tid; flip_q && i < Cfg::kQBytes / 16; i += kP) {  // the sign bit of every code, wherever it sits
-        uint4* codes = reinterpret_cast<uint4*>(smem.q()) + i;
-        *codes = xor_codes(*codes, sign);
-      }
-    }
     if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Cfg::kThreads);
-    decode_tile<Cfg, kN>(smem.v_codes(slot), smem.v_halves(slot), 0u, tid);
-    if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(slot), smem.k_halves(slot), 0u, tid);
-    fence_proxy_async();  // this thread's st.shared (fp16 tiles, Q's sign) before wgmma reads them
+    decode_tile<Cfg, kN>(smem.v_codes(slot), smem.v_halves(slot), tid);
+    if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(slot), smem.k_halves(slot), tid);
+    fence_proxy_async();  // this thread's st.shared of the fp16 tiles before wgmma reads them
     barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
     barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
     // The next copy overwrites the codes of tile - 1: its K once the consumers are done with it, its V codes once
@@ -216,33 +197,34 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 template <class Cfg>
 struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
+  static constexpr int kQSteps = Cfg::kFp8Scores ? kD / 32 : kD / 16;  // k32 steps of codes or k16 of fp16
   using FragmentRows<kD / 8>::o;
-  uint64_t q_desc;         // wgmma_fp8: the group's 64 rows of Q codes in shared memory
-  uint32_t q[kD / 16][4];  // wgmma: the warp's 16 rows of Q as fp16 A fragments
+  uint32_t q[kQSteps][4];  // the warp's 16 rows of Q as A fragments: E4M3 codes (wgmma_fp8) or fp16 (wgmma)
 
-  // Q of the warp's rows. Keeping fp16 Q in registers (wgmma) spares the producers its decode at the start of
-  // every block and the tensor cores its shared-memory reads at every tile.
-  __device__ void set_q(const WgmmaSmem<Cfg>& smem, const AttentionParams& p, const HeadCoords& c, int group,
-                        bool flip_q, int lane) {
+  // Q of the warp's rows, from global memory. In registers it spares the tensor cores shared-memory reads at every
+  // tile, and the producers a load or decode at the start of every block. (wgmma_fp8 with Q codes in shared
+  // memory, loaded by TMA and sign-flipped by the producers, against registers, one run on an H200: 183.6 / 227.0
+  // / 779.4 against 179.4 / 213.3 / 730.3 us at 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128.)
+  __device__ void set_q(const AttentionParams& p, const HeadCoords& c, bool flip_q, int lane) {
     if constexpr (Cfg::kFp8Scores) {
-      q_desc = smem_descriptor(smem.q() + group * 64 * kD, 16, 8 * kD, kD);
+      this->load_code_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     } else {
       this->load_half_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     }
   }
 
-  // Starts S = Q K^T for the slot's tile (one commit group), K K-major. Code tiles (wgmma_fp8, Q too): 8-row
-  // groups 8 * kD bytes apart, a k32 step is 32 bytes = 2 descriptor units. fp16 panels (wgmma): 8-row groups 1024
-  // bytes apart, a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
+  // Starts S = Q K^T for the slot's tile (one commit group), K K-major. Code tiles (wgmma_fp8): 8-row groups
+  // 8 * kD bytes apart, a k32 step is 32 bytes = 2 descriptor units. fp16 panels (wgmma): 8-row groups 1024 bytes
+  // apart, a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot) {
     if constexpr (Cfg::kFp8Scores) {
       const uint64_t k_desc = smem_descriptor(smem.k_codes(slot), 16, 8 * kD, kD);
 #pragma unroll
-      for (int ks = 0; ks < kD / 32; ++ks) wgmma_m64n128k32_e4m3(s, q_desc + 2 * ks, k_desc + 2 * ks, ks > 0);
+      for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], k_desc + 2 * ks, ks > 0);
     } else {
       const uint64_t k_desc = smem_descriptor(smem.k_halves(slot), 16, 1024, 128);
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) {
+      for (int ks = 0; ks < kQSteps; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
         wgmma_f16_rs<false>(s, q[ks], k_desc + panel * (Cfg::kPanelBytes / 16) + step, ks > 0);
       }
@@ -274,7 +256,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   constexpr int kN = Cfg::kBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
-  w.set_q(smem, p, c, group, w.start(p, c, row0, warp, lane), lane);
+  w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first
@@ -344,7 +326,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    produce_tiles<Cfg>(smem, maps, c, row0, tiles, ScoreScale(p, c).flip_q);
+    produce_tiles<Cfg>(smem, maps, c, row0, tiles);
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
     consume_tiles<Cfg, OutT>(smem, p, c, row0, tiles);
@@ -354,9 +336,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #endif
 }
 
-// Encodes the three TMA descriptors (attention_wgmma.cu), q and k swizzled for e4m3 wgmma when `swizzle_qk`;
-// fails for strides the TMA cannot express.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int q_rows, int kv_rows, bool swizzle_qk, WgmmaMaps* maps);
+// Encodes the TMA descriptors of k and v (attention_wgmma.cu), k swizzled for e4m3 wgmma when `swizzle_k`; fails
+// for strides the TMA cannot express.
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps);
 
 template <bool kFp8Scores>
 struct WgmmaVariant {
@@ -364,7 +346,7 @@ struct WgmmaVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = WgmmaConfig<kHeadDim, kFp8Scores>;
     WgmmaMaps maps;
-    if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockM, Cfg::kBlockN, kFp8Scores, &maps); err != cudaSuccess) {
+    if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps); err != cudaSuccess) {
       return err;
     }
     return launch_with_smem(attention_wgmma_kernel<Cfg, OutT>,

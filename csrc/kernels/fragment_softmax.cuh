@@ -147,6 +147,23 @@ struct FragmentRows {
     }
   }
 
+  // The E4M3 A fragments of the warp's 16 rows of Q for k32 steps (mma.sync m16n8k32, and wgmma's register
+  // operand, which lays out each warp's 16 rows the same way): regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at
+  // +16; the sign of every code flipped when flip_sign; rows past seqlen_q read as 0.
+  template <int kKSteps>
+  __device__ void load_code_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
+                              bool flip_sign, int lane) const {
+    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
+        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
+      }
+    }
+  }
+
   // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_scores); O must then be
   // rescaled by `correction` before the tile's P V adds to it.
   template <int kNTiles>

@@ -54,11 +54,6 @@ struct HalfTileLayout {
   }
 };
 
-// 16 E4M3 codes with `sign` (0x80808080 or 0) XORed into each word: negated values for 0x80808080.
-__device__ __forceinline__ uint4 xor_codes(uint4 codes, uint32_t sign) {
-  return make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
-}
-
 // Converts 8 consecutive codes (two words) into 8 halves. The shifts stay: with e4m3x2_high_to_half2 instead,
 // `wgmma` took 1044 against 989 us at 1x16x8192x128 (H200, same run; why was not analysed).
 __device__ __forceinline__ uint4 decode_8(uint32_t lo, uint32_t hi) {
