@@ -48,6 +48,11 @@ struct WgmmaConfig {
   static constexpr int kConsumerGroups = 2;
   static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
+  // Whether the consumer groups take turns issuing their wgmma batches (consume_tiles). H200, graph us, two
+  // alternating runs each, with / without turns: 4x16x2048x64 195.0-195.5 / 195.4-196.6 (causal 115.3-115.5 /
+  // 116.5-116.6); D = 128, 64-key tiles: 4x16x2048x128 285.5 / 275.6-275.7 (causal 171.3-171.5 / 168.0-168.1),
+  // 1x16x8192x128 990.1-997.7 / 965.8-967.6 (causal 514.6-515.0 / 501.4-502.7).
+  static constexpr bool kTakeTurns = kHeadDim == 64;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
@@ -100,7 +105,7 @@ struct WgmmaSmem {
 //                      producers already decoded) may be overwritten
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
 //   PRODUCERS          among the producer warpgroup
-//   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
+//   TURN(group)        the other group arrives when `group` may issue its next wgmma batch (Cfg::kTakeTurns)
 template <class Cfg>
 struct WgmmaBarriers {
   __device__ static int full(int slot, int group) { return 1 + 2 * slot + group; }
@@ -242,8 +247,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   }
 };
 
-// The two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one group's softmax
-// runs while the other's matrix products occupy the tensor cores. Within a group, tile t's Q K^T is issued
+// With Cfg::kTakeTurns the two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one
+// group's softmax runs while the other's matrix products occupy the tensor cores. Within a group, tile t's Q K^T is issued
 // together with tile t - 1's P V, and the softmax of tile t runs while that P V is still in flight. A group
 // issues tiles + 1 batches: S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
 // P is packed into the A fragments, and O rescaled, only after the next FULL barrier: ptxas moves a wgmma wait
@@ -257,8 +262,12 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
   w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
-  auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
-  auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
+  auto take_turn = [&] {
+    if constexpr (Cfg::kTakeTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
+  };
+  auto pass_turn = [&] {
+    if constexpr (Cfg::kTakeTurns) barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair);
+  };
   if (group == 1) pass_turn();  // group 0 issues first
 
   float s[kN / 8][4];      // S of the current tile, then its P (fp32)
