@@ -161,7 +161,7 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
 // tiles later in the consumers' pipeline).
 template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
-                                              int row0, int tiles) {
+                                              int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN, kP = Cfg::kProducerThreads;
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
@@ -248,9 +248,9 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 };
 
 // With Cfg::kTakeTurns the two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one
-// group's softmax runs while the other's matrix products occupy the tensor cores. Within a group, tile t's Q K^T is issued
-// together with tile t - 1's P V, and the softmax of tile t runs while that P V is still in flight. A group
-// issues tiles + 1 batches: S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
+// group's softmax runs while the other's matrix products occupy the tensor cores. Within a group, tile t's Q K^T
+// is issued together with tile t - 1's P V, and the softmax of tile t runs while that P V is still in flight. A
+// group issues tiles + 1 batches: S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
 // P is packed into the A fragments, and O rescaled, only after the next FULL barrier: ptxas moves a wgmma wait
 // up to the first instruction that writes registers the tensor cores still read, and packing right after the
 // softmax put that wait before the exponentials (seen in the SASS, nvcc 13.0), serializing softmax and P V.
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    produce_tiles<Cfg>(smem, maps, c, row0, tiles);
+    produce_tiles<Cfg>(smem, maps, c, tiles);
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
     consume_tiles<Cfg, OutT>(smem, p, c, row0, tiles);
