@@ -95,11 +95,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(q.device().index());
   const int64_t smem_limit = props->sharedMemPerBlockOptin - 1024;
-  if (quantize_heads_by_cluster(batch, 10 * props->major + props->minor)) {
-    const cudaError_t err = launch_quantize_heads_cluster(batch, stream);
-    TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
-  } else if (quantize_heads_smem_bytes(batch) <= smem_limit) {
-    const cudaError_t err = launch_quantize_heads(batch, stream);
+  const bool by_cluster = quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
+  if (by_cluster || quantize_heads_smem_bytes(batch) <= smem_limit) {
+    const cudaError_t err =
+        by_cluster ? launch_quantize_heads_cluster(batch, stream) : launch_quantize_heads(batch, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
   } else {
     for (int t = 0; t < 3; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);

@@ -145,25 +145,13 @@ struct RowSoftmax {
   __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
 };
 
-// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid with the given arguments.
-template <typename Kernel, typename... Args>
-cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
-                             const Args&... args) {
-  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-      err != cudaSuccess) {
-    return err;
-  }
-  kernel<<<static_cast<unsigned>(blocks), threads, smem_bytes, stream>>>(args...);
-  return cudaGetLastError();
-}
-
-// launch_with_smem with programmatic dependent launch when `overlap` (sm_90 only): the kernel's blocks may start
-// while the previous kernel on the stream finishes, so the kernel must call wait_for_previous_grids() (ptx.cuh)
-// before its first global memory access that can depend on that kernel.
+// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid with the given arguments; with
+// `overlap` (sm_90 only) as a programmatic dependent launch: the kernel's blocks may start while the previous
+// kernel on the stream finishes, so the kernel must call wait_for_previous_grids() (ptx.cuh) before its first
+// global memory access that can depend on that kernel.
 template <typename Kernel, typename... Args>
 cudaError_t launch_overlapping(bool overlap, Kernel kernel, int64_t blocks, int threads, int smem_bytes,
                                cudaStream_t stream, const Args&... args) {
-  if (!overlap) return launch_with_smem(kernel, blocks, threads, smem_bytes, stream, args...);
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
       err != cudaSuccess) {
     return err;
@@ -177,8 +165,15 @@ cudaError_t launch_overlapping(bool overlap, Kernel kernel, int64_t blocks, int 
   programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   programmatic.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &programmatic;
-  config.numAttrs = 1;
+  config.numAttrs = overlap ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+// launch_overlapping without the overlap.
+template <typename Kernel, typename... Args>
+cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+                             const Args&... args) {
+  return launch_overlapping(false, kernel, blocks, threads, smem_bytes, stream, args...);
 }
 
 }  // namespace sdpa

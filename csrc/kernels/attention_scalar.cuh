@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
   const int lane8 = threadIdx.x % T::kThreadsPerRow;
   const int query = row0 + row;
 
-  const uint8_t* q = p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
+  const uint8_t* q = q_head(p, c);
   Rows k_rows{k_head(p, c), p.k_row_stride, 0, p.seqlen_k};
   Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
   const float score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] *

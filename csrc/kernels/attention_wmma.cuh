@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
   const float score_scale = p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
                             p.softmax_scale * kLog2e;
   decode_half_tile<Cfg::kBlockM, kHeadDim, Cfg::kHalfPitch>(
-      sQ, p.q + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride, p.q_row_stride, row0, p.seqlen_q);
+      sQ, q_head(p, c), p.q_row_stride, row0, p.seqlen_q);
 
   // Lane pair (2r, 2r + 1) owns row r of the warp's 16, columns [16 h, 16 h + 16) of every 32 (h = lane % 2).
   const int row = lane / 2, half = lane % 2, query = row0 + warp * 16 + row;
