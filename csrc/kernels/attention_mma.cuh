@@ -60,18 +60,17 @@ struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
         mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
       }
     }
-    this->scores_to_probabilities(s, key0, p, lane);
-    // O += P V: the S accumulators of n-tiles 2kt, 2kt + 1 are exactly the A fragment of keys [16kt, 16kt + 16).
+    uint32_t probs[kN / 16][4];  // the row max taken first, as in the fp8 family (attention_fp8.cuh)
+    this->template scores_to_probabilities</*kGuessMax=*/false>(s, key0, p, lane, probs);
+    // O += P V, P of keys [16kt, 16kt + 16) as the A fragment probs[kt].
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) {
-      uint32_t a[4];
-      p_fragment(a, s, kt);
 #pragma unroll
       for (int dt = 0; dt < kD / 16; ++dt) {
         uint32_t b[4];
         ldmatrix_x4_trans(b, v_tile + Layout::offset(kt * 16 + (mat % 2) * 8 + mat_row, dt * 16 + (mat / 2) * 8));
-        mma_16x8x16(o[2 * dt], a, b[0], b[1]);
-        mma_16x8x16(o[2 * dt + 1], a, b[2], b[3]);
+        mma_16x8x16(o[2 * dt], probs[kt], b[0], b[1]);
+        mma_16x8x16(o[2 * dt + 1], probs[kt], b[2], b[3]);
       }
     }
   }

@@ -48,11 +48,6 @@ struct WgmmaConfig {
   static constexpr int kConsumerGroups = 2;
   static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
-  // Whether the consumer groups take turns issuing their wgmma batches (consume_tiles). H200, graph us, two
-  // alternating runs each, with / without turns: 4x16x2048x64 195.0-195.5 / 195.4-196.6 (causal 115.3-115.5 /
-  // 116.5-116.6); D = 128, 64-key tiles: 4x16x2048x128 285.5 / 275.6-275.7 (causal 171.3-171.5 / 168.0-168.1),
-  // 1x16x8192x128 990.1-997.7 / 965.8-967.6 (causal 514.6-515.0 / 501.4-502.7).
-  static constexpr bool kTakeTurns = kHeadDim == 64;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
@@ -105,7 +100,7 @@ struct WgmmaSmem {
 //                      producers already decoded) may be overwritten
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
 //   PRODUCERS          among the producer warpgroup
-//   TURN(group)        the other group arrives when `group` may issue its next wgmma batch (Cfg::kTakeTurns)
+//   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
 template <class Cfg>
 struct WgmmaBarriers {
   __device__ static int full(int slot, int group) { return 1 + 2 * slot + group; }
@@ -247,13 +242,19 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   }
 };
 
-// With Cfg::kTakeTurns the two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one
-// group's softmax runs while the other's matrix products occupy the tensor cores. Within a group, tile t's Q K^T
-// is issued together with tile t - 1's P V, and the softmax of tile t runs while that P V is still in flight. A
-// group issues tiles + 1 batches: S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
-// P is packed into the A fragments, and O rescaled, only after the next FULL barrier: ptxas moves a wgmma wait
-// up to the first instruction that writes registers the tensor cores still read, and packing right after the
-// softmax put that wait before the exponentials (seen in the SASS, nvcc 13.0), serializing softmax and P V.
+// The two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one group's softmax runs
+// while the other's matrix products occupy the tensor cores. A group issues tile t's Q K^T together with tile
+// t - 1's P V, waits for both, then runs the softmax of tile t, which writes P straight into the A fragments of
+// the next P V: tiles + 1 batches, S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
+// No wgmma of the group is in flight during its softmax, which guesses the row max (online_softmax_scores). The
+// guess needs the raw scores and P in separate registers; while a P V still read its A fragments, ptxas gave the
+// softmax's new registers to those fragments without a wait (nvcc 13.0, SASS), a race. Against the earlier
+// schedule, which ran P V(t - 1) during the softmax of tile t and took the row max first (H200, graph us, one run,
+// earlier / this): `wgmma` 195.6 / 178.3 at 4x16x2048x64 (causal 115.7 / 107.6), 274.3 / 280.3 at 4x16x2048x128,
+// 960.9 / 985.2 at 1x16x8192x128; `wgmma_fp8` 178.8 / 170.6, 215.4 / 207.9, 753.5 / 728.0. This schedule without
+// the guess: `wgmma` 178.8, 285.2, 1010.5; `wgmma_fp8` 180.5, 227.8, 773.5. The earlier schedule took turns only at
+// D = 64 (at D = 128 they cost it 4%); this one, without / with turns at D = 128: `wgmma` 277.7 / 270.8 and
+// 985.2 / 944.7 (causal 168.2 / 165.9, 507.2 / 494.3), `wgmma_fp8` 206.5 / 208.3 and 713.3 / 714.2.
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
                                               const HeadCoords& c, int row0, int tiles) {
@@ -262,64 +263,46 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
   w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
-  auto take_turn = [&] {
-    if constexpr (Cfg::kTakeTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
-  };
-  auto pass_turn = [&] {
-    if constexpr (Cfg::kTakeTurns) barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair);
-  };
+  auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
+  auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first
 
-  float s[kN / 8][4];      // S of the current tile, then its P (fp32)
-  uint32_t a[kN / 16][4];  // P of the previous tile as fp16 A fragments, read by its P V
-  float correction[2];     // rescales O before the previous tile's P V adds to it
-  // Waits for the P V of tile `done` (it reads a and accumulates into o), frees its fp16 V, then packs P of the
-  // newest softmax into a and rescales o for it.
-  auto pack_previous = [&](int done) {
+  float s[kN / 8][4];      // S of the current tile
+  uint32_t a[kN / 16][4];  // its P as the A fragments of its P V
+  // Waits for the batch just issued, frees the slots of what it read (the codes of tile `scored`, the fp16 V of
+  // tile `output`; negative: none), then turns S of tile `scored` into P in a, O rescaled for it.
+  auto finish_batch = [&](int scored, int output) {
     wgmma_wait<0>();
+    pin_registers(s);
     pin_registers(w.o);
-    pin_registers(a);
-    if (Bars::refilled(done, tiles)) barrier_arrive(Bars::halves_free(done % Cfg::kStages), Cfg::kThreads);
-#pragma unroll
-    for (int kt = 0; kt < kN / 16; ++kt) p_fragment(a[kt], s, kt);
-    rescale_rows(w.o, correction);
-    pin_registers(a);
-    pin_registers(w.o);
+    if (Bars::refilled(output, tiles)) barrier_arrive(Bars::halves_free(output % Cfg::kStages), Cfg::kThreads);
+    if (scored < 0) return;
+    if (Bars::refilled(scored, tiles)) barrier_arrive(Bars::codes_free(scored % Cfg::kStages), Cfg::kThreads);
+    w.template scores_to_probabilities</*kGuessMax=*/true>(s, scored * kN, p, lane, a);
   };
+  // Each wgmma issue unconditional in its own straight code: ptxas serialized every wgmma of the kernel after one
+  // issued under a condition (nvcc 13.0).
   barrier_sync(Bars::full(0, group), Bars::kGroupPair);
   take_turn();
   wgmma_fence();
   w.issue_scores(s, smem, 0);
   pass_turn();
-  wgmma_wait<0>();
-  pin_registers(s);
-  if (Bars::refilled(0, tiles)) barrier_arrive(Bars::codes_free(0), Cfg::kThreads);
-  w.scores_to_probabilities(s, 0, p, lane, correction);
-
+  finish_batch(0, -1);
   for (int tile = 1; tile < tiles; ++tile) {
-    const int slot = tile % Cfg::kStages, previous = (tile - 1) % Cfg::kStages;
+    const int slot = tile % Cfg::kStages;
     barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
-    pack_previous(tile - 2);
     take_turn();
     wgmma_fence();
     w.issue_scores(s, smem, slot);
-    w.issue_output(a, smem, previous);
+    w.issue_output(a, smem, (tile - 1) % Cfg::kStages);
     pass_turn();
-    wgmma_wait<1>();  // S of this tile; P V of the previous one may still run
-    pin_registers(s);
-    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
-    w.scores_to_probabilities(s, tile * kN, p, lane, correction);
-    pin_registers(s);
+    finish_batch(tile, tile - 1);
   }
-
-  pack_previous(tiles - 2);
   take_turn();
   wgmma_fence();
   w.issue_output(a, smem, (tiles - 1) % Cfg::kStages);
   if (group == 0) pass_turn();  // group 1 takes its last turn after this; nobody waits for one more
-  wgmma_wait<0>();
-  pin_registers(w.o);
-  pin_registers(a);
+  finish_batch(-1, tiles - 1);
   w.template store_output<OutT>(p, c, lane);
 }
 

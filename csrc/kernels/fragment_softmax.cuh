@@ -44,12 +44,50 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int ke
   return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 > first_row);
 }
 
-// Folds a tile of raw scores into the running max/sum of the lane's two rows and leaves P = exp2(S * scale - max)
-// in s (one FFMA and one MUFU per score); correction[r] is the factor that rescales row r's O accumulators. The row
-// sums stay per lane until the epilogue reduces them over the quad.
+// P = exp2(S * scale - offset[row]) of a tile, as the fp16 A fragments of P V (probs[kt] covers keys
+// [16 kt, 16 kt + 16): n-tiles 2 kt and 2 kt + 1 of the C layout, which is exactly the A layout), and the fp32 sum
+// of the lane's part of each row; one FFMA and one MUFU per score.
 template <int kNTiles>
-__device__ __forceinline__ void online_softmax_scores(float (&s)[kNTiles][4], RowSoftmax (&softmax)[2], float scale,
+__device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], float scale, const float (&offset)[2],
+                                                  uint32_t (&probs)[kNTiles / 2][4], float (&tile_sum)[2]) {
+  tile_sum[0] = tile_sum[1] = 0.0f;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    float e[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      e[i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
+      tile_sum[i / 2] += e[i];
+    }
+    probs[nt / 2][2 * (nt % 2)] = pack_half2(e[0], e[1]);
+    probs[nt / 2][2 * (nt % 2) + 1] = pack_half2(e[2], e[3]);
+  }
+}
+
+// Folds a tile of raw scores into the running max/sum of the lane's two rows and leaves P in probs
+// (exponentiate_tile); correction[r] is the factor that rescales row r's O accumulators. The row sums stay per
+// lane until the epilogue reduces them over the quad.
+// With kGuessMax, once every row of the warp has a max, the tile is first exponentiated against it, on the guess
+// that the max stays (RowSoftmax::kMaxSlack): if every P of the warp then stays within 2^kMaxSlack (checked on
+// the lane's row sums, which bound each P), that is the result the max would have given, and the row max (a chain
+// of FMNMX and two shuffles per row that the exponentials had to wait for) is never taken. Otherwise, rarely after
+// the first tiles, the tile is redone from its max.
+template <bool kGuessMax, int kNTiles>
+__device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][4], RowSoftmax (&softmax)[2],
+                                                      float scale, uint32_t (&probs)[kNTiles / 2][4],
                                                       float (&correction)[2]) {
+  constexpr float kMaxP = RowSoftmax::kMaxProbability;
+  float tile_sum[2];
+  correction[0] = correction[1] = 1.0f;
+  if (kGuessMax && __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
+    const float offset[2] = {softmax[0].max, softmax[1].max};
+    exponentiate_tile(s, scale, offset, probs, tile_sum);
+    if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
+      softmax[0].sum += tile_sum[0];
+      softmax[1].sum += tile_sum[1];
+      return;
+    }
+  }
   float offset[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -58,14 +96,9 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[kNTiles][4], Ro
     for (int nt = 0; nt < kNTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
     correction[r] = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
   }
-#pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s[nt][i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
-      softmax[i / 2].sum += s[nt][i];
-    }
-  }
+  exponentiate_tile(s, scale, offset, probs, tile_sum);
+  softmax[0].sum += tile_sum[0];
+  softmax[1].sum += tile_sum[1];
 }
 
 // O *= correction per row; skipped when no row of the warp needs it, the usual case (RowSoftmax::kMaxSlack).
@@ -77,15 +110,6 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float
 #pragma unroll
     for (int i = 0; i < 4; ++i) o[dt][i] *= correction[i / 2];
   }
-}
-
-// The fp16 A fragment of P for keys [16 kt, 16 kt + 16): exactly the C accumulators of n-tiles 2 kt and 2 kt + 1.
-template <int kNTiles>
-__device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[kNTiles][4], int kt) {
-  a[0] = pack_half2(s[2 * kt][0], s[2 * kt][1]);
-  a[1] = pack_half2(s[2 * kt][2], s[2 * kt][3]);
-  a[2] = pack_half2(s[2 * kt + 1][0], s[2 * kt + 1][1]);
-  a[3] = pack_half2(s[2 * kt + 1][2], s[2 * kt + 1][3]);
 }
 
 // The epilogue of a lane's two rows: reduces the row sums over the quad and, for each row inside seqlen_q, lets
@@ -164,19 +188,14 @@ struct FragmentRows {
     }
   }
 
-  // Masks the tile if it needs it, then turns raw scores into P (see online_softmax_scores); O must then be
-  // rescaled by `correction` before the tile's P V adds to it.
-  template <int kNTiles>
+  // Masks the tile if it needs it, turns raw scores into P, packed as fp16 A fragments in probs, and rescales O
+  // for it (see online_softmax_scores); no P V may be in flight.
+  template <bool kGuessMax, int kNTiles>
   __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
-                                          float (&correction)[2]) {
+                                          uint32_t (&probs)[kNTiles / 2][4]) {
     if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
-    online_softmax_scores(s, softmax, score_scale, correction);
-  }
-  // The same, rescaling O at once (when no P V is in flight).
-  template <int kNTiles>
-  __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane) {
     float correction[2];
-    scores_to_probabilities(s, key0, p, lane, correction);
+    online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
     rescale_rows(o, correction);
   }
 
