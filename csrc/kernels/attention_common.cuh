@@ -125,7 +125,7 @@ struct RowSoftmax {
   // 2^kMaxSlack = 256, where fp16 is exactly as precise as below 1; O and the sum stay consistent with `max`, so
   // out and lse are the same softmax.
   static constexpr float kMaxSlack = 8.0f;
-  static constexpr float kMaxProbability = 256.0f;  // 2^kMaxSlack: P of a tile that leaves the max alone
+  static constexpr float kMaxProbability = 1 << static_cast<int>(kMaxSlack);  // P of a tile that keeps the max
   float max = -INFINITY;
   float sum = 0.0f;
 

@@ -76,12 +76,12 @@ template <bool kGuessMax, int kNTiles>
 __device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][4], RowSoftmax (&softmax)[2],
                                                       float scale, uint32_t (&probs)[kNTiles / 2][4],
                                                       float (&correction)[2]) {
-  constexpr float kMaxP = RowSoftmax::kMaxProbability;
   float tile_sum[2];
   correction[0] = correction[1] = 1.0f;
   if (kGuessMax && __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
     const float offset[2] = {softmax[0].max, softmax[1].max};
     exponentiate_tile(s, scale, offset, probs, tile_sum);
+    constexpr float kMaxP = RowSoftmax::kMaxProbability;
     if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
       softmax[0].sum += tile_sum[0];
       softmax[1].sum += tile_sum[1];

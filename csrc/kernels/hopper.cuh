@@ -111,23 +111,14 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #endif
 }
 
-// Pins accumulator or fragment registers at this point of the instruction stream: the compiler sees wgmma's
-// register operands only when it is issued, so without this it could read results before wgmma_wait or reuse
-// an A-fragment register while the tensor cores still read it.
+// Pins accumulator registers at this point of the instruction stream: the compiler sees wgmma's register operands
+// only when it is issued, so without this it could read results before wgmma_wait.
 template <int kRows, int kCols>
 __device__ __forceinline__ void pin_registers(float (&r)[kRows][kCols]) {
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
 #pragma unroll
     for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
-  }
-}
-template <int kRows, int kCols>
-__device__ __forceinline__ void pin_registers(uint32_t (&r)[kRows][kCols]) {
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
   }
 }
 
