@@ -27,6 +27,8 @@ _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _CAST = re.compile(r"\((?:unsigned )?(?:int|long|bool)\)")
 _USAGE = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+# ptxas's advisory when it makes every wgmma of a function wait for the previous one (C7510-C7515).
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized .* in the function '(\S+)'")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class KernelResources:
     stack_bytes: int = 0
     spill_store_bytes: int = 0
     spill_load_bytes: int = 0
+    wgmma_serialized: bool = False
 
 
 def find_nvcc():
@@ -65,6 +68,9 @@ def parse_ptxas(source, text):
         elif current and (m := _USAGE.search(line)):
             current.registers = int(m.group(1))
             current.smem_bytes = int(m.group(2) or 0)
+    serialized = set(_SERIALIZED.findall(text))
+    for k in kernels:
+        k.wgmma_serialized = k.kernel in serialized
     return kernels
 
 

@@ -230,6 +230,21 @@ def test_strided_and_uint8_inputs_match_contiguous(device):
         assert torch.equal(out, strided_out) and torch.equal(lse, strided_lse)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_output_rows_anywhere_match_contiguous(device, head_dim):
+    # Only the last dim of out must be contiguous. Rows 16 bytes apart from a 16-byte boundary take the kernels'
+    # 16-byte stores; rows one element apart from an odd offset (not even 4-byte aligned) take the element-wise path.
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv((2, 4, 2, 77, 150, head_dim, True), 3, device))
+    for variant in variants_for(device):
+        out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True, variant=variant)
+        for pad in (8, 1):
+            wide = torch.full((2, 4, 77, head_dim + pad), float("nan"), dtype=torch.float16, device=device)
+            view = wide[..., pad:]
+            view_lse = torch.full_like(lse, float("nan"))
+            sdpa_ext.fp8_forward_into(q8, k8, v8, qs, ks, vs, view, view_lse, True, None, variant)
+            assert torch.equal(view, out) and torch.equal(view_lse, lse), (variant, pad)
+
+
 def test_deterministic(device):
     case = (2, 8, 2, 300, 333, 64, True)
     q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 11, device))

@@ -1,4 +1,5 @@
-"""Every CUDA kernel compiles for sm_80, sm_89 and sm_90a with no spills and at most 255 registers."""
+"""Every CUDA kernel compiles for sm_80, sm_89 and sm_90a with no spills, at most 255 registers, and (sm_90a) no
+wgmma serialized by ptxas."""
 
 import importlib.util
 from pathlib import Path
@@ -32,6 +33,14 @@ def test_no_spills_and_register_budget(kernels):
     for k in kernels:
         assert k.spill_store_bytes == 0 and k.spill_load_bytes == 0, f"{k.kernel} spills on {k.arch}"
         assert k.registers <= 255, f"{k.kernel} uses {k.registers} registers on {k.arch}"
+
+
+def test_no_serialized_wgmma(kernels):
+    # ptxas makes every wgmma of a kernel wait for the previous one when it cannot prove the register operands of
+    # those in flight untouched (a write to them, a wgmma issued under a condition, a wait across loop passes).
+    hopper = [k for k in kernels if k.arch == "sm_90a" and "wgmma" in k.kernel]
+    assert hopper
+    assert not [k.kernel for k in hopper if k.wgmma_serialized]
 
 
 def test_dynamic_smem_fits_every_target():

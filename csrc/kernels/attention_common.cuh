@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "params.h"
@@ -35,6 +36,32 @@ __device__ __forceinline__ void store_outputs(OutT* out, const float (&value)[kC
   } else {
 #pragma unroll
     for (int e = 0; e < kCount; ++e) out[e] = packed[e];
+  }
+}
+
+// Two outputs as one word, the lower at the lower address.
+template <typename OutT>
+__device__ __forceinline__ uint32_t pack_outputs(float lo, float hi) {
+  const OutT packed[2] = {from_float<OutT>(lo), from_float<OutT>(hi)};
+  uint32_t word;
+  memcpy(&word, packed, sizeof(word));
+  return word;
+}
+
+// Transposes 4 words across the 4 lanes of a quad (lanes 4q .. 4q + 3): afterwards word j of lane c holds what
+// word c of lane j held. Two butterfly steps, each trading one bit of the word index for the same bit of the lane
+// index with the partner lane: 4 shuffles, no register array indexed at run time.
+__device__ __forceinline__ void transpose_quad(uint32_t (&w)[4], int lane) {
+#pragma unroll
+  for (int bit = 1; bit <= 2; bit *= 2) {
+    const bool upper = lane & bit;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j & bit) continue;
+      // Lane c keeps the word whose index bit equals its own and trades the other for the partner's.
+      const uint32_t received = __shfl_xor_sync(0xFFFFFFFFu, upper ? w[j] : w[j | bit], bit);
+      (upper ? w[j] : w[j | bit]) = received;
+    }
   }
 }
 

@@ -200,6 +200,12 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kQSteps = Cfg::kFp8Scores ? kD / 32 : kD / 16;  // k32 steps of codes or k16 of fp16
   using FragmentRows<kD / 8>::o;
   uint32_t q[kQSteps][4];  // the warp's 16 rows of Q as A fragments: E4M3 codes (wgmma_fp8) or fp16 (wgmma)
+  // Shared-memory descriptors of slot 0's K and V tiles. Slot s lies s * kSlotBytes further, s * kSlotUnits in
+  // the descriptor's 16-byte start field, which cannot carry (shared addresses stay below 2^18): one multiply-add
+  // per tile instead of deriving each descriptor from tile % kStages (a chain of ~10 dependent uniform
+  // instructions before each batch of wgmma).
+  uint64_t k_desc0, v_desc0;
+  static constexpr uint64_t kSlotUnits = Cfg::kSlotBytes / 16;
 
   // Q of the warp's rows, from global memory. In registers it spares the tensor cores shared-memory reads at every
   // tile, and the producers a load or decode at the start of every block. (wgmma_fp8 with Q codes in shared
@@ -213,16 +219,22 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     }
   }
 
-  // Starts S = Q K^T for the slot's tile (one commit group), K K-major. Code tiles (wgmma_fp8): 8-row groups
-  // 8 * kD bytes apart, a k32 step is 32 bytes = 2 descriptor units. fp16 panels (wgmma): 8-row groups 1024 bytes
-  // apart, a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
-  __device__ void issue_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot) {
+  // K K-major. Code tiles (wgmma_fp8): 8-row groups 8 * kD bytes apart. fp16 panels (wgmma): 8-row groups 1024
+  // bytes apart. V N-major: 128-byte rows of 64 dims, panels kPanelBytes apart, 8-key groups 1024 bytes apart.
+  __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem) {
+    k_desc0 = Cfg::kFp8Scores ? smem_descriptor(smem.k_codes(0), 16, 8 * kD, kD)
+                              : smem_descriptor(smem.k_halves(0), 16, 1024, 128);
+    v_desc0 = smem_descriptor(smem.v_halves(0), Cfg::kPanelBytes, 1024, 128);
+  }
+
+  // Starts S = Q K^T for the slot's tile (one commit group). Code tiles: a k32 step is 32 bytes = 2 descriptor
+  // units. fp16 panels: a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
+  __device__ void issue_scores(float (&s)[kN / 8][4], int slot) {
+    const uint64_t k_desc = k_desc0 + slot * kSlotUnits;
     if constexpr (Cfg::kFp8Scores) {
-      const uint64_t k_desc = smem_descriptor(smem.k_codes(slot), 16, 8 * kD, kD);
 #pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], k_desc + 2 * ks, ks > 0);
     } else {
-      const uint64_t k_desc = smem_descriptor(smem.k_halves(slot), 16, 1024, 128);
 #pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
@@ -232,10 +244,10 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     wgmma_commit();
   }
 
-  // Starts O += P V for the slot's tile (one commit group). N-major V panels: 128-byte rows of 64 dims, panels
-  // kPanelBytes apart, 8-key groups 1024 bytes apart; a k16 step is 16 keys = 2048 bytes, 128 descriptor units.
-  __device__ void issue_output(const uint32_t (&a)[kN / 16][4], const WgmmaSmem<Cfg>& smem, int slot) {
-    const uint64_t v_desc = smem_descriptor(smem.v_halves(slot), Cfg::kPanelBytes, 1024, 128);
+  // Starts O += P V for the slot's tile (one commit group); a k16 step is 16 keys = 2048 bytes, 128 descriptor
+  // units.
+  __device__ void issue_output(const uint32_t (&a)[kN / 16][4], int slot) {
+    const uint64_t v_desc = v_desc0 + slot * kSlotUnits;
 #pragma unroll
     for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], v_desc + 128 * kt, true);
     wgmma_commit();
@@ -244,17 +256,16 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 
 // The two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one group's softmax runs
 // while the other's matrix products occupy the tensor cores. A group issues tile t's Q K^T together with tile
-// t - 1's P V, waits for both, then runs the softmax of tile t, which writes P straight into the A fragments of
-// the next P V: tiles + 1 batches, S(0); S(t) + PV(t - 1) for t >= 1; PV(last).
-// No wgmma of the group is in flight during its softmax, which guesses the row max (online_softmax_scores). The
-// guess needs the raw scores and P in separate registers; while a P V still read its A fragments, ptxas gave the
-// softmax's new registers to those fragments without a wait (nvcc 13.0, SASS), a race. Against the earlier
-// schedule, which ran P V(t - 1) during the softmax of tile t and took the row max first (H200, graph us, one run,
-// earlier / this): `wgmma` 195.6 / 178.3 at 4x16x2048x64 (causal 115.7 / 107.6), 274.3 / 280.3 at 4x16x2048x128,
-// 960.9 / 985.2 at 1x16x8192x128; `wgmma_fp8` 178.8 / 170.6, 215.4 / 207.9, 753.5 / 728.0. This schedule without
-// the guess: `wgmma` 178.8, 285.2, 1010.5; `wgmma_fp8` 180.5, 227.8, 773.5. The earlier schedule took turns only at
-// D = 64 (at D = 128 they cost it 4%); this one, without / with turns at D = 128: `wgmma` 277.7 / 270.8 and
-// 985.2 / 944.7 (causal 168.2 / 165.9, 507.2 / 494.3), `wgmma_fp8` 206.5 / 208.3 and 713.3 / 714.2.
+// t - 1's P V, waits for Q K^T only and runs the softmax of tile t (guessing that the row max stays,
+// online_softmax_scores) while that P V still runs, writing P into separate A fragments (`next`); then it waits
+// for the P V, rescales O and takes over the new fragments (replace_fragments). Nothing stays in flight across
+// loop passes: ptxas serialized every wgmma when a partial wait did. Batches: S(0); S(t) + PV(t - 1) for
+// t >= 1; PV(last).
+// H200, graph us, one run, with / without P V in flight during the softmax: `wgmma` 174.6 / 177.2 at
+// 4x16x2048x64, 253.1 / 264.0 at 4x16x2048x128, 912.5 / 946.9 at 1x16x8192x128 (causal 104.7 / 106.3,
+// 152.7 / 155.2, 469.3 / 485.2); `wgmma_fp8` 162.1 / 164.3, 193.8 / 195.2, 694.5 / 696.8. Earlier, before the
+// guessed max, a schedule with P V in flight wrote P into the fragments that P V read, which forced the exact row
+// max first; turns at D = 128: without / with, 277.7 / 270.8 and 985.2 / 944.7 us.
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
                                               const HeadCoords& c, int row0, int tiles) {
@@ -263,46 +274,53 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
   WarpgroupAttention<Cfg> w;
   w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
+  w.set_descriptors(smem);
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first
 
   float s[kN / 8][4];      // S of the current tile
-  uint32_t a[kN / 16][4];  // its P as the A fragments of its P V
-  // Waits for the batch just issued, frees the slots of what it read (the codes of tile `scored`, the fp16 V of
-  // tile `output`; negative: none), then turns S of tile `scored` into P in a, O rescaled for it.
-  auto finish_batch = [&](int scored, int output) {
-    wgmma_wait<0>();
-    pin_registers(s);
-    pin_registers(w.o);
-    if (Bars::refilled(output, tiles)) barrier_arrive(Bars::halves_free(output % Cfg::kStages), Cfg::kThreads);
-    if (scored < 0) return;
-    if (Bars::refilled(scored, tiles)) barrier_arrive(Bars::codes_free(scored % Cfg::kStages), Cfg::kThreads);
-    w.template scores_to_probabilities</*kGuessMax=*/true>(s, scored * kN, p, lane, a);
-  };
+  uint32_t a[kN / 16][4];  // P of the previous tile, the A fragments of its P V
   // Each wgmma issue unconditional in its own straight code: ptxas serialized every wgmma of the kernel after one
   // issued under a condition (nvcc 13.0).
   barrier_sync(Bars::full(0, group), Bars::kGroupPair);
   take_turn();
   wgmma_fence();
-  w.issue_scores(s, smem, 0);
+  w.issue_scores(s, 0);
   pass_turn();
-  finish_batch(0, -1);
+  wgmma_wait<0>();
+  pin_registers(s);
+  if (Bars::refilled(0, tiles)) barrier_arrive(Bars::codes_free(0), Cfg::kThreads);
+  w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
+  int slot = 0;  // tile % kStages, counted rather than divided
   for (int tile = 1; tile < tiles; ++tile) {
-    const int slot = tile % Cfg::kStages;
+    const int prev = slot;
+    slot = slot + 1 == Cfg::kStages ? 0 : slot + 1;
     barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
     take_turn();
     wgmma_fence();
-    w.issue_scores(s, smem, slot);
-    w.issue_output(a, smem, (tile - 1) % Cfg::kStages);
+    w.issue_scores(s, slot);
+    w.issue_output(a, prev);
     pass_turn();
-    finish_batch(tile, tile - 1);
+    wgmma_wait<1>();  // S of this tile; P V of the last one still runs during the softmax
+    pin_registers(s);
+    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+    uint32_t next[kN / 16][4];
+    float correction[2];
+    w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
+    wgmma_wait<0>();
+    pin_registers(a);  // read by that P V until here: no other value may take their registers before
+    pin_registers(w.o);
+    if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Cfg::kThreads);
+    rescale_rows(w.o, correction);
+    replace_fragments(a, next);
   }
   take_turn();
   wgmma_fence();
-  w.issue_output(a, smem, (tiles - 1) % Cfg::kStages);
+  w.issue_output(a, slot);
   if (group == 0) pass_turn();  // group 1 takes its last turn after this; nobody waits for one more
-  finish_batch(-1, tiles - 1);
+  wgmma_wait<0>();
+  pin_registers(w.o);
   w.template store_output<OutT>(p, c, lane);
 }
 

@@ -112,8 +112,9 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float
   }
 }
 
-// The epilogue of a lane's two rows: reduces the row sums over the quad and, for each row inside seqlen_q, lets
-// store_row(out, r, out_scale) write O * out_scale in the kernel's own fragment order, then writes lse.
+// The epilogue of a lane's two rows: reduces the row sums over the quad, lets store_row(out, r, out_scale) write
+// O * out_scale in the kernel's own fragment order (every lane calls it for both rows, so that it may shuffle;
+// out is null for a row past seqlen_q), then writes lse.
 template <typename OutT, typename StoreRow>
 __device__ __forceinline__ void finish_rows(RowSoftmax (&softmax)[2], const int (&row)[2], const AttentionParams& p,
                                             const HeadCoords& c, int lane, StoreRow store_row) {
@@ -121,13 +122,16 @@ __device__ __forceinline__ void finish_rows(RowSoftmax (&softmax)[2], const int 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     softmax[r].sum = group_sum<4>(softmax[r].sum);
-    if (row[r] >= p.seqlen_q) continue;
-    OutT* out = out_row<OutT>(p, c, row[r]);
-    store_row(out, r, v_scale / softmax[r].sum);
-    if (lane % 4 == 0) {
-      lse_of(p, c, row[r]) = softmax[r].lse();
-    }
+    const bool visible = row[r] < p.seqlen_q;
+    store_row(visible ? out_row<OutT>(p, c, row[r]) : nullptr, r, v_scale / softmax[r].sum);
+    if (visible && lane % 4 == 0) lse_of(p, c, row[r]) = softmax[r].lse();
   }
+}
+
+// Whether every output row of the block's head starts on a 16-byte boundary (the same for the whole block).
+template <typename OutT>
+__device__ __forceinline__ bool output_rows_16_byte_aligned(const AttentionParams& p, const HeadCoords& c) {
+  return reinterpret_cast<uintptr_t>(out_row<OutT>(p, c, 0)) % 16 == 0 && p.out_row_stride * sizeof(OutT) % 16 == 0;
 }
 
 // The softmax side of a warp's 16 query rows in the mma.sync kernels (lane l holds rows g = l / 4 and g + 8):
@@ -188,25 +192,51 @@ struct FragmentRows {
     }
   }
 
-  // Masks the tile if it needs it, turns raw scores into P, packed as fp16 A fragments in probs, and rescales O
-  // for it (see online_softmax_scores); no P V may be in flight.
+  // Masks the tile if it needs it and turns raw scores into P, packed as fp16 A fragments in probs (see
+  // online_softmax_scores); O must then be rescaled by correction before the next P V adds to it.
+  template <bool kGuessMax, int kNTiles>
+  __device__ void probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
+                                uint32_t (&probs)[kNTiles / 2][4], float (&correction)[2]) {
+    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
+    online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
+  }
+
+  // probabilities, then O rescaled for the tile; no P V may be in flight.
   template <bool kGuessMax, int kNTiles>
   __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
                                           uint32_t (&probs)[kNTiles / 2][4]) {
-    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
     float correction[2];
-    online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
+    probabilities<kGuessMax>(s, key0, p, lane, probs, correction);
     rescale_rows(o, correction);
   }
 
   // Writes O / rowsum * v_scale and the lse of the lane's rows; o[dt] holds dims 8 dt + 2 (lane % 4) and + 1.
+  // Where the rows allow it, each quad transposes its words so that a lane stores 8 consecutive outputs at once:
+  // with 4-byte stores, one per o[dt] pair, each store waited for the previous one to read its register, and the
+  // epilogue took ~10% of the `wgmma` consumers' time at 4x16x2048x128 (ncu source counters, H200).
   template <typename OutT>
   __device__ void store_output(const AttentionParams& p, const HeadCoords& c, int lane) {
+    const bool wide = kOTiles % 4 == 0 && output_rows_16_byte_aligned<OutT>(p, c);
     finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
+      if (wide) {
 #pragma unroll
-      for (int dt = 0; dt < kOTiles; ++dt) {
-        const float pair[2] = {o[dt][2 * r], o[dt][2 * r + 1]};
-        store_outputs(out + dt * 8 + 2 * (lane % 4), pair, out_scale);
+        for (int dt0 = 0; dt0 < kOTiles; dt0 += 4) {
+          uint32_t w[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            w[j] = pack_outputs<OutT>(o[dt0 + j][2 * r] * out_scale, o[dt0 + j][2 * r + 1] * out_scale);
+          }
+          transpose_quad(w, lane);  // lane c: dims 8 (dt0 + c) .. + 7
+          if (out != nullptr) {
+            *reinterpret_cast<uint4*>(out + 8 * (dt0 + lane % 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+          }
+        }
+      } else if (out != nullptr) {
+#pragma unroll
+        for (int dt = 0; dt < kOTiles; ++dt) {
+          const float pair[2] = {o[dt][2 * r], o[dt][2 * r + 1]};
+          store_outputs(out + dt * 8 + 2 * (lane % 4), pair, out_scale);
+        }
       }
     });
   }

@@ -7,6 +7,7 @@
 #include <cuda.h>  // CUtensorMap
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ptx.cuh"
 
@@ -111,14 +112,35 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #endif
 }
 
-// Pins accumulator registers at this point of the instruction stream: the compiler sees wgmma's register operands
-// only when it is issued, so without this it could read results before wgmma_wait.
-template <int kRows, int kCols>
-__device__ __forceinline__ void pin_registers(float (&r)[kRows][kCols]) {
+// Pins wgmma's register operands at this point of the instruction stream: the compiler sees them only when the
+// wgmma is issued, so without this it could read accumulators before wgmma_wait, or hand the registers of A
+// fragments that a wgmma in flight still reads to other values.
+template <typename T, int kRows, int kCols>
+__device__ __forceinline__ void pin_registers(T (&r)[kRows][kCols]) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint32_t>, "accumulators or A fragments");
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+    for (int j = 0; j < kCols; ++j) {
+      if constexpr (std::is_same_v<T, float>) {
+        asm volatile("" : "+f"(r[i][j])::"memory");
+      } else {
+        asm volatile("" : "+r"(r[i][j])::"memory");
+      }
+    }
+  }
+}
+
+// dst = src by an instruction that also reads dst, so that ptxas sees the new value of an A fragment defined here,
+// after the wait for the wgmma that read the old one. With a plain copy ptxas forwarded src into the next wgmma,
+// counted that input as written while the previous wgmma was still in flight, and serialized every wgmma of the
+// kernel (C7513, nvcc 13.0).
+template <int kRows, int kCols>
+__device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols], const uint32_t (&src)[kRows][kCols]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) dst[i][j] = __byte_perm(dst[i][j], src[i][j], 0x7654);  // bytes 4-7: all src
   }
 }
 
