@@ -68,8 +68,8 @@ _VARIANTS = (
             "grids that do not fill the GPU", archs=FP8_ARCHS, aligned_rows=True),
     Variant("wgmma", 7, "full", (), "Hopper warpgroup MMA: a producer warpgroup (TMA ring of 3 slots) decodes K "
             "and V to fp16 (exact); two consumer warpgroups of 64 query rows hold Q as fp16 register fragments and "
-            "run fp16 wgmma for QK^T (fp32 sums), the register softmax (guessing that the row max stays) and fp16 "
-            "wgmma for PV with P from registers, taking turns on the tensor cores",
+            "run fp16 wgmma for QK^T (fp32 sums), the register softmax (guessing that the row max stays) while the "
+            "previous tile's fp16 wgmma PV (P from registers) still runs, taking turns on the tensor cores",
             archs=HOPPER_ARCHS, aligned_rows=True),
     Variant("wgmma_fp8", 7, "fast", (), "wgmma with e4m3 wgmma for QK^T straight on the codes (Q codes in "
             "registers, only V decoded); fast tier because the Hopper FP8 tensor cores sum QK^T with about 14 "

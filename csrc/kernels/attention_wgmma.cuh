@@ -15,8 +15,9 @@
 //                  softmax     in registers: wgmma's accumulators are, per warp, the m16n8 C layout of 16 rows,
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
-// P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats),
-// P (kBlockN / 4 words) and O (D / 2 floats) per thread.
+// P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats), P
+// twice (kBlockN / 4 words each: the tile whose P V runs, and the tile in the softmax), Q (D / 4 words of fp16 or
+// D / 8 of codes) and O (D / 2 floats) per thread.
 //
 // Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits): per
 //   slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K), then the mbarriers of the TMA copies. fp16 tiles

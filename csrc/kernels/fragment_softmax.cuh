@@ -134,9 +134,10 @@ __device__ __forceinline__ bool output_rows_16_byte_aligned(const AttentionParam
   return reinterpret_cast<uintptr_t>(out_row<OutT>(p, c, 0)) % 16 == 0 && p.out_row_stride * sizeof(OutT) % 16 == 0;
 }
 
-// The softmax side of a warp's 16 query rows in the mma.sync kernels (lane l holds rows g = l / 4 and g + 8):
-// the O accumulators, the running max/sum per row, and the scale. The kernels add their Q fragments and the
-// Q K^T / P V products around `scores_to_probabilities`.
+// The softmax side of a warp's 16 query rows in the register-softmax kernels, mma.sync and wgmma (lane l holds
+// rows g = l / 4 and g + 8): the O accumulators, the running max/sum per row, and the scale. The kernels add
+// their Q fragments and the Q K^T / P V products around `scores_to_probabilities` (or `probabilities` and
+// `rescale_rows`, where a P V may still run during the softmax).
 template <int kOTiles>
 struct FragmentRows {
   float o[kOTiles][4] = {};  // O accumulators (unnormalized, in V-code units)
