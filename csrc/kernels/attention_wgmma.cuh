@@ -62,6 +62,11 @@ struct WgmmaConfig {
   static constexpr int kSmemBytes = 1024 + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
   static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+  // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
+  // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
+  static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
+                    kThreads * (65536 / kThreads / 8 * 8),
+                "register split beyond the block's allocation");
 };
 
 // TMA descriptors of the k and v codes as [B, H, S, D] tensors, with boxes of kBlockN rows: k swizzled for e4m3
@@ -155,6 +160,12 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
 // The producer warpgroup: per tile the K and V codes by TMA (kStages - 1 tiles ahead), decoded to fp16. Code slots
 // are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its P V is done (two
 // tiles later in the consumers' pipeline).
+// The decode costs: without the V decode (wrong results, timing only) `wgmma` took 223.5 against 252.8 us at
+// 4x16x2048x128 and 811.8 against 910.4 at 1x16x8192x128 (H200, one run), though the consumers hardly wait for
+// FULL (ncu) and shared memory is not saturated (LSU wavefronts 51%, with wgmma's operand reads). Loading the codes
+// straight into producer registers a tile ahead instead (no TMA copy, no shared-memory reads of codes; consumers
+// at 208-224 registers to make room) was slower: 205.2 / 275.5 / 988.2 against 175.0 / 252.3 / 905.2 us at
+// 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128, wgmma_fp8 236.0 against 194.5 at 4x16x2048x128 (same run).
 template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
                                               int tiles) {
