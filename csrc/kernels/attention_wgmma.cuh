@@ -124,19 +124,27 @@ struct WgmmaBarriers {
 // Producer thread `tid` keeps one 16-code column and steps kRowStep rows, a multiple of the swizzle's 8, so its
 // chunks stay in place and every address is one base plus a constant. (Deriving row and column per chunk with
 // signed divisions took ~45 instructions a chunk, and the producers of `wgmma` at 4x16x2048x128 were busy 92% of
-// the time while the consumers waited for them: ncu, H200.) A 16-byte store of a warp goes out in phases of 8
-// threads, one row's 8 columns at D = 128: the two 64-dim panels sit a multiple of 128 bytes apart, so the
-// odd panel's threads write their upper half first and the phase covers 8 different bank groups (this was a
-// 2-way conflict, 8.7 M of the 21.8 M store wavefronts).
+// the time while the consumers waited for them: ncu, H200.)
+// Shared-memory accesses of 16 bytes go out in phases of 8 threads, which must hit 8 different 16-byte bank groups.
+// At D = 64 the 8 threads of a phase take two rows (r even, r + 1) of one panel: their first stores land on chunks
+// {0, 2, 4, 6} ^ r % 8 and ^ (r + 1) % 8, distinct. At D = 128 the two 64-dim panels sit a multiple of 128 bytes
+// apart, so a phase of one row's 8 columns stored chunk c of both panels into the same banks (a 2-way conflict,
+// 8.7 M of 21.8 M store wavefronts); there each 16 threads take rows r and r + 1 of both panels, threads 0-3 row r
+// panel 0, 4-7 row r + 1 panel 1, 8-11 row r panel 1, 12-15 row r + 1 panel 0: a phase stores to both row
+// parities (distinct chunks) and loads 64 codes of each row from opposite halves (distinct banks). (Before, the
+// odd panel's threads stored their upper half first, at the cost of 4 selects per 16 codes.)
 template <class Cfg, int kRows>
 __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves, int tid) {
   constexpr int kD = Cfg::kHeadDim, kChunksPerRow = kD / 16, kRowStep = Cfg::kProducerThreads / kChunksPerRow;
   static_assert(kRowStep % 8 == 0 && kRows % kRowStep == 0, "whole row steps that keep the swizzle");
-  const int col = static_cast<unsigned>(tid) % kChunksPerRow * 16, row = static_cast<unsigned>(tid) / kChunksPerRow;
-  const bool upper_first = col / 64 % 2 == 1;
+  static_assert(kD == 64 || kD == 128, "one or two panels");
+  const unsigned t = tid;
+  const unsigned quarter = t % 16 / 4;  // D = 128: row parity quarter % 2, panel (quarter ^ quarter / 2) % 2
+  const int row = kD == 64 ? t / 4 : t / 16 * 2 + quarter % 2;
+  const int col = kD == 64 ? t % 4 * 16 : (quarter ^ quarter / 2) % 2 * 64 + t % 4 * 16;
   const uint8_t* src = codes + row * kD + col;
-  __half* first = halves + HalfPanelLayout<kRows>::offset(row, col + (upper_first ? 8 : 0));
-  __half* second = halves + HalfPanelLayout<kRows>::offset(row, col + (upper_first ? 0 : 8));
+  __half* first = halves + HalfPanelLayout<kRows>::offset(row, col);
+  __half* second = halves + HalfPanelLayout<kRows>::offset(row, col + 8);
   // Loads of kDecodeBatch rows ahead of their stores: ptxas keeps a load behind any earlier shared store (they
   // might alias), so with one row at a time each chunk waits out the load latency.
   constexpr int kBatch = Cfg::kDecodeBatch;
@@ -150,7 +158,6 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
     }
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
-      if (upper_first) c[i] = make_uint4(c[i].z, c[i].w, c[i].x, c[i].y);
       *reinterpret_cast<uint4*>(first + (step0 + i) * kRowStep * 64) = decode_8(c[i].x, c[i].y);
       *reinterpret_cast<uint4*>(second + (step0 + i) * kRowStep * 64) = decode_8(c[i].z, c[i].w);
     }
