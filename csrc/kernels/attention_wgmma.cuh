@@ -141,8 +141,8 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
   static_assert(kD == 64 || kD == 128, "one or two panels");
   const unsigned t = tid;
   const unsigned quarter = t % 16 / 4;  // D = 128: row parity quarter % 2, panel (quarter ^ quarter / 2) % 2
-  const int row = kD == 64 ? t / 4 : t / 16 * 2 + quarter % 2;
-  const int col = kD == 64 ? t % 4 * 16 : (quarter ^ quarter / 2) % 2 * 64 + t % 4 * 16;
+  const int row = kD == 64 ? t / kChunksPerRow : t / 16 * 2 + quarter % 2;
+  const int col = kD == 64 ? t % kChunksPerRow * 16 : (quarter ^ quarter / 2) % 2 * 64 + t % 4 * 16;
   const uint8_t* src = codes + row * kD + col;
   __half* first = halves + HalfPanelLayout<kRows>::offset(row, col);
   __half* second = halves + HalfPanelLayout<kRows>::offset(row, col + 8);
