@@ -35,6 +35,7 @@ void print_sizes() {
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
       {"fp8_split", Fp8SplitConfig<kHeadDim, 2, 4>::kSmemBytes},
       {"wgmma", WgmmaConfig<kHeadDim, false>::kSmemBytes},
+      {"wgmma+predecode", WgmmaConfig<kHeadDim, false, true>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);

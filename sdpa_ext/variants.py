@@ -66,7 +66,7 @@ _VARIANTS = (
     Variant("fp8_split", 6, "full", (), "fp8_mma with the keys split four ways across the 8 warps of a 32-row block "
             "(a cp.async ring per split) and the partial rows merged in shared memory: more warps in flight for "
             "grids that do not fill the GPU", archs=FP8_ARCHS, aligned_rows=True),
-    Variant("wgmma", 7, "full", (), "Hopper warpgroup MMA: a producer warpgroup (TMA ring of 3 slots) decodes K "
+    Variant("wgmma", 7, "full", ("predecode",), "Hopper warpgroup MMA: a producer warpgroup (TMA ring of 3 slots) decodes K "
             "and V to fp16 (exact); two consumer warpgroups of 64 query rows hold Q as fp16 register fragments and "
             "run fp16 wgmma for QK^T (fp32 sums), the register softmax (guessing that the row max stays) while the "
             "previous tile's fp16 wgmma PV (P from registers) still runs, taking turns on the tensor cores",
@@ -81,6 +81,10 @@ _VARIANTS = (
 TOGGLE_DESCRIPTIONS = {
     "swizzle": "XOR-swizzled fp16 K/V tiles (16-byte chunk index ^ row % 8) instead of a plain row-major layout",
     "2producers": "two producer warps instead of one",
+    "predecode": "wgmma on fp16 copies of K and V written by a decode pass over memory first, which TMA loads "
+                 "straight into the ring: no block decodes, 128-key tiles at D = 128 (Q kept as codes and converted "
+                 "per tile to make room), one producer warp; auto takes it at D = 128 from 2048 query rows per kv "
+                 "head (4096 causal)",
 }
 
 

@@ -96,6 +96,12 @@ void fp8_forward_into_cuda(const at::Tensor& q, const at::Tensor& k, const at::T
   const int sm = prop->major * 10 + prop->minor;
   p.overlap_launch = sm >= 90;
   const int index = resolve_variant(variant, p, sm);
+  // Freed when this returns: the caching allocator hands it out again only to work queued after the kernel.
+  at::Tensor workspace;
+  if (const int64_t bytes = attention_workspace_bytes(index, p); bytes > 0) {
+    workspace = at::empty({bytes}, q.options().dtype(at::kByte));
+    p.workspace = workspace.data_ptr();
+  }
   const cudaError_t err = launch_attention(p, index, at::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "sdpa::fp8_forward: launch of variant '", attention_variant_name(index),
               "' failed: ", cudaGetErrorString(err));

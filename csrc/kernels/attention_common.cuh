@@ -173,19 +173,19 @@ struct RowSoftmax {
   __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
 };
 
-// Sets the dynamic shared memory limit of `kernel` and launches it on a 1-D grid with the given arguments; with
+// Sets the dynamic shared memory limit of `kernel` and launches it on `grid` with the given arguments; with
 // `overlap` (sm_90 only) as a programmatic dependent launch: the kernel's blocks may start while the previous
 // kernel on the stream finishes, so the kernel must call wait_for_previous_grids() (ptx.cuh) before its first
 // global memory access that can depend on that kernel.
 template <typename Kernel, typename... Args>
-cudaError_t launch_overlapping(bool overlap, Kernel kernel, int64_t blocks, int threads, int smem_bytes,
+cudaError_t launch_overlapping(bool overlap, Kernel kernel, dim3 grid, int threads, int smem_bytes,
                                cudaStream_t stream, const Args&... args) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
       err != cudaSuccess) {
     return err;
   }
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.gridDim = grid;
   config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
@@ -199,9 +199,9 @@ cudaError_t launch_overlapping(bool overlap, Kernel kernel, int64_t blocks, int 
 
 // launch_overlapping without the overlap.
 template <typename Kernel, typename... Args>
-cudaError_t launch_with_smem(Kernel kernel, int64_t blocks, int threads, int smem_bytes, cudaStream_t stream,
+cudaError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
                              const Args&... args) {
-  return launch_overlapping(false, kernel, blocks, threads, smem_bytes, stream, args...);
+  return launch_overlapping(false, kernel, grid, threads, smem_bytes, stream, args...);
 }
 
 }  // namespace sdpa

@@ -16,6 +16,7 @@ struct VariantEntry {
   int min_sm;               // FP8 mma.sync needs sm_89
   int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
   bool tma;                 // loads through TMA descriptors, which cannot step a dimension with stride 0
+  bool half_kv_workspace = false;  // decodes K and V into fp16 copies in the workspace first
 };
 
 constexpr VariantEntry kVariants[] = {
@@ -35,6 +36,7 @@ constexpr VariantEntry kVariants[] = {
     {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false},
     {"fp8_split", &launch_fp8_split, true, 89, 0, false},
     {"wgmma", &launch_wgmma, true, 90, 90, true},
+    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, true},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
@@ -65,8 +67,19 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // With up to 128 blocks of 64 rows (fewer than the H200's 132 SMs) `fp8_split` (sm_89+) keeps more warps busy:
 // 1x8x512x64 8.4 against 9.3 us for warp_spec+2producers+swizzle, 1x8x512x128 14.8 against 16.0 us; at
 // 2x8x1024x64 (256 blocks) it loses, 36.7 against 20.5 us (H200, 2026-11-21).
+// At D = 128 `wgmma+predecode` takes over where the query rows per kv head (halved when causal) reach 2048: its
+// decode pass costs per key (28.8 us at 4x16x2048x128), its saving per query block (207.2 against 245.2 us for the
+// attention kernel there). Graph us against `wgmma`, H200, 2026-11-21, same run: non-causal 1x16xSx128 S = 1024
+// 22.0 / 18.8, 2048 61.3 / 62.9, 4096 203.1 / 229.5, 8192 751.3 / 882.9, 4x16x2048x128 234.5 / 246.0; causal
+// S = 2048 42.0 / 38.8, 4096 123.1 / 128.0, 8192 421.7 / 456.6, 4x16x2048x128 168.9 / 149.8. At D = 64 it lost
+// everywhere (4x16x2048x64 186.1 / 175.5: the attention kernel alone gained 2 us).
+bool predecode_pays(const AttentionParams& p) {
+  const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
+  return p.head_dim == 128 && (p.is_causal ? rows_per_kv_head / 2 : rows_per_kv_head) >= 2048;
+}
+
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (sm == 90 && p.seqlen_k >= 1024) return "wgmma";
+  if (sm == 90 && p.seqlen_k >= 1024) return predecode_pays(p) ? "wgmma+predecode" : "wgmma";
   const int64_t blocks_of_64_rows = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 63) / 64);
   if (sm >= 89 && blocks_of_64_rows <= 128) return "fp8_split";
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
@@ -101,6 +114,11 @@ std::string attention_variant_archs(int variant) {
 
 bool attention_variant_uses_tma(int variant) { return kVariants[variant].tma; }
 
+int64_t attention_workspace_bytes(int variant, const AttentionParams& p) {
+  if (!kVariants[variant].half_kv_workspace) return 0;
+  return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * p.head_dim * sizeof(uint16_t);
+}
+
 bool attention_variant_aligned(int variant, const AttentionParams& p) {
   const bool aligned = !kVariants[variant].needs_aligned_rows ||
                        (rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
@@ -120,12 +138,13 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
              : find_attention_variant("scalar");
 }
 
-// The fast tier swaps in `wgmma_fp8` wherever auto takes `wgmma` (same archs and input requirements; H200,
-// 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128 917.5 against 1441.0 us, 4x16x2048x64 214.9
-// against 228.2 us).
+// The fast tier swaps in `wgmma_fp8` wherever auto takes `wgmma` or `wgmma+predecode` (same archs and input
+// requirements; H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128 917.5 against 1441.0 us,
+// 4x16x2048x64 214.9 against 228.2 us; at 1x16x8192x128 `wgmma_fp8` 738.2 against 744.1 us for
+// `wgmma+predecode`).
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
-  return chosen == find_attention_variant("wgmma") ? find_attention_variant("wgmma_fp8") : chosen;
+  return std::strncmp(attention_variant_name(chosen), "wgmma", 5) == 0 ? find_attention_variant("wgmma_fp8") : chosen;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

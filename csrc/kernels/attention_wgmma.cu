@@ -2,6 +2,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention_wgmma.cuh"
+#include "kv_to_half.h"
 #include "variant_launch.cuh"
 #include "variant_launchers.h"
 
@@ -22,45 +23,78 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encoder;
 }
 
-// A [B, H, S, D] tensor of one-byte codes (strides in bytes, the last dim contiguous), read in boxes of `rows` x D.
-// With `swizzle` the box lands in the 64- or 128-byte swizzle of D-byte rows that wgmma reads.
-cudaError_t encode_code_map(CUtensorMap* map, const uint8_t* base, int batch, int heads, int seqlen, int head_dim,
-                            int64_t batch_stride, int64_t head_stride, int64_t row_stride, int rows, bool swizzle) {
+// A [B, H, S, D] tensor of E4M3 codes or fp16 values (strides in elements, the last dim contiguous) and how it is
+// read: boxes of box_rows x box_cols elements, laid out in shared memory with `swizzle`.
+struct TileMapSpec {
+  const void* base;
+  bool fp16;
+  int batch, heads, seqlen, head_dim;
+  int64_t batch_stride, head_stride, row_stride;
+  int box_rows, box_cols;
+  CUtensorMapSwizzle swizzle;
+};
+
+cudaError_t encode_tile_map(CUtensorMap* map, const TileMapSpec& t) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return cudaErrorNotSupported;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(seqlen),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  // A dim of size 1 is never stepped over, but its stride must still be a non-zero multiple of 16.
-  const int64_t span = row_stride * seqlen;
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_stride),
-                                 static_cast<cuuint64_t>(heads == 1 ? span : head_stride),
-                                 static_cast<cuuint64_t>(batch == 1 ? span : batch_stride)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(head_dim), static_cast<cuuint32_t>(rows), 1, 1};
+  const int64_t element_bytes = t.fp16 ? 2 : 1;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(t.head_dim), static_cast<cuuint64_t>(t.seqlen),
+                              static_cast<cuuint64_t>(t.heads), static_cast<cuuint64_t>(t.batch)};
+  // A dim of size 1 is never stepped over, but its stride must still be a non-zero multiple of 16 bytes.
+  const int64_t span = t.row_stride * t.seqlen;
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.row_stride * element_bytes),
+                                 static_cast<cuuint64_t>((t.heads == 1 ? span : t.head_stride) * element_bytes),
+                                 static_cast<cuuint64_t>((t.batch == 1 ? span : t.batch_stride) * element_bytes)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(t.box_cols), static_cast<cuuint32_t>(t.box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUtensorMapSwizzle mode = !swizzle         ? CU_TENSOR_MAP_SWIZZLE_NONE
-                                  : head_dim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                                    : CU_TENSOR_MAP_SWIZZLE_64B;
   const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<uint8_t*>(base), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, mode, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      encode(map, t.fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, 4,
+             const_cast<void*>(t.base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, t.swizzle,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 }  // namespace
 
+// Code boxes of kv_rows x D: k in the 64- or 128-byte swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k),
+// v plain.
 cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps) {
-  cudaError_t err = encode_code_map(&maps->k, p.k, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.k_batch_stride,
-                                    p.k_head_stride, p.k_row_stride, kv_rows, swizzle_k);
+  const CUtensorMapSwizzle k_swizzle = !swizzle_k           ? CU_TENSOR_MAP_SWIZZLE_NONE
+                                       : p.head_dim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
+                                                           : CU_TENSOR_MAP_SWIZZLE_64B;
+  cudaError_t err = encode_tile_map(&maps->k, {p.k, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim,
+                                               p.k_batch_stride, p.k_head_stride, p.k_row_stride, kv_rows,
+                                               p.head_dim, k_swizzle});
   if (err == cudaSuccess) {
-    err = encode_code_map(&maps->v, p.v, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
-                          p.v_head_stride, p.v_row_stride, kv_rows, false);
+    err = encode_tile_map(&maps->v, {p.v, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
+                                     p.v_head_stride, p.v_row_stride, kv_rows, p.head_dim,
+                                     CU_TENSOR_MAP_SWIZZLE_NONE});
   }
   return err;
 }
 
-cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) { return launch_variant<WgmmaVariant<false>>(p, s); }
+cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, WgmmaMaps* maps, cudaStream_t stream) {
+  const int64_t row = p.head_dim, head = row * p.seqlen_k, batch = head * p.heads_kv;
+  __half* k_halves = static_cast<__half*>(p.workspace);
+  __half* v_halves = k_halves + batch * p.batch;
+  if (cudaError_t err = launch_kv_to_half(p, k_halves, v_halves, stream); err != cudaSuccess) return err;
+  cudaError_t err = encode_tile_map(&maps->k, {k_halves, true, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, batch,
+                                               head, row, kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
+  if (err == cudaSuccess) {
+    err = encode_tile_map(&maps->v, {v_halves, true, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, batch, head, row,
+                                     kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
+  }
+  return err;
+}
+
+cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<false, false>>(p, s);
+}
+cudaError_t launch_wgmma_predecode(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<false, true>>(p, s);
+}
 cudaError_t launch_wgmma_fp8(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<WgmmaVariant<true>>(p, s);
+  return launch_variant<WgmmaVariant<true, false>>(p, s);
 }
 
 }  // namespace sdpa

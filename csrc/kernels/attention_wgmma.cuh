@@ -4,6 +4,11 @@
 //   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
 //              about 14 significant bits (lse off by up to 1.0e-3, and by 1.5 at |lse| ~ 4000, where fp32 sums
 //              stay under 5.6e-4 and 5.0e-4)
+//   wgmma+predecode  `wgmma` on fp16 copies of K and V that a pass over memory wrote first (kv_to_half.cu): TMA
+//              lands them in the ring as they are, so no block decodes, one producer warp starts the copies and
+//              the consumers wait on the copies' mbarriers. Every query block of a head decoded all of its keys
+//              before; at 4x16x2048x128 the attention kernel takes 207.2 against 245.2 us and the pass 28.8 us
+//              (H200): it pays where a kv head has many query rows (attention_dispatch.cu).
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -38,19 +43,28 @@
 
 namespace sdpa {
 
-template <int kHeadDim_, bool kFp8Scores_>
+template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false>
 struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kFp8Scores = kFp8Scores_;
+  // K and V arrive as fp16 by TMA, decoded beforehand by kv_to_half.cu: no codes in shared memory, nothing for the
+  // producers to decode (`wgmma+predecode`).
+  static constexpr bool kPredecoded = kPredecoded_;
+  static_assert(!(kPredecoded && kFp8Scores), "the fp8 scores read K codes");
   // Ring depth: the producer refills a slot while the consumers work through the other two. At D = 128 the fp16
   // K of `wgmma` halves the key tile to fit: 145 KB of the 227 KB a block may have, 289 KB with 128 keys
-  // (wgmma_fp8: 193 KB).
+  // (wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB).
   static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = 2;
-  static constexpr int kBlockM = 64 * kConsumerGroups, kBlockN = !kFp8Scores && kHeadDim == 128 ? 64 : 128;
+  static constexpr int kBlockM = 64 * kConsumerGroups;
+  static constexpr int kBlockN = !kFp8Scores && !kPredecoded && kHeadDim == 128 ? 64 : 128;
+  // Predecoded at D = 128 the consumers keep Q as codes and convert it at every tile: with its fp16 fragments
+  // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
+  // 204.8 us at 4x16x2048x128 (H200, kernel time without the decode pass).
+  static constexpr bool kQCodesForHalves = kPredecoded && kHeadDim == 128;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
-  static constexpr int kCodeTileBytes = kBlockN * kHeadDim;
+  static constexpr int kCodeTileBytes = kPredecoded ? 0 : kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
   static constexpr int kSlotBytes = 2 * kCodeTileBytes + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
@@ -60,8 +74,8 @@ struct WgmmaConfig {
   static constexpr int kDecodeBatch = kFp8Scores ? 1 : 4;
   static constexpr int kBarrierBytes = 8 * kStages;  // an mbarrier per slot
   static constexpr int kSmemBytes = 1024 + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
-  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers.
-  static constexpr int kConsumerRegisters = 232, kProducerRegisters = 40;
+  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer.
+  static constexpr int kConsumerRegisters = kPredecoded ? 240 : 232, kProducerRegisters = kPredecoded ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
@@ -105,17 +119,19 @@ struct WgmmaSmem {
 //   CODES_FREE(slot)   both groups arrive once Q K^T of the slot's tile is done: its K (and the codes the
 //                      producers already decoded) may be overwritten
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
-//   PRODUCERS          among the producer warpgroup
 //   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
+// Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
 template <class Cfg>
 struct WgmmaBarriers {
   __device__ static int full(int slot, int group) { return 1 + 2 * slot + group; }
   __device__ static int codes_free(int slot) { return 1 + 2 * Cfg::kStages + slot; }
   __device__ static int halves_free(int slot) { return 1 + 3 * Cfg::kStages + slot; }
-  static constexpr int kProducers = 1 + 4 * Cfg::kStages;
-  __device__ static int turn(int group) { return 2 + 4 * Cfg::kStages + group; }
+  __device__ static int turn(int group) { return 1 + 4 * Cfg::kStages + group; }
   static constexpr int kGroupPair = Cfg::kProducerThreads + 128;  // FULL and TURN: 128 + 128 threads
-  static_assert(2 + 4 * Cfg::kStages + 1 < 16, "16 named barriers per block");
+  // HALVES_FREE's threads: the consumers and every producer, which decode into the slot; predecoded, the one
+  // producer warp that starts the copies.
+  static constexpr int kSlotUsers = Cfg::kConsumerThreads + (Cfg::kPredecoded ? 32 : Cfg::kProducerThreads);
+  static_assert(1 + 4 * Cfg::kStages + 1 < 16, "16 named barriers per block");
   // Whether the consumers must free tile t's slot: the producers wait only for the slots they refill.
   __device__ static bool refilled(int tile, int tiles) { return tile >= 0 && tile + Cfg::kStages < tiles; }
 };
@@ -178,14 +194,9 @@ template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
                                               int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN, kP = Cfg::kProducerThreads;
+  constexpr int kN = Cfg::kBlockN;
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
-  if (elected) {
-    for (int slot = 0; slot < Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
-    fence_mbarrier_init();
-  }
-  barrier_sync(Bars::kProducers, kP);  // the mbarriers are initialized
   auto issue = [&](int tile) {
     if (elected && tile < tiles) {
       const int slot = tile % Cfg::kStages;
@@ -200,7 +211,7 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages;
     mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Cfg::kThreads);
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
     decode_tile<Cfg, kN>(smem.v_codes(slot), smem.v_halves(slot), tid);
     if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(slot), smem.k_halves(slot), tid);
     fence_proxy_async();  // this thread's st.shared of the fp16 tiles before wgmma reads them
@@ -213,13 +224,41 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
 }
 
+// The producer of `wgmma+predecode`: one warp, whose first lane starts the TMA copies of each tile's fp16 K and V
+// panels into a slot once the consumers are done with the tile it held (HALVES_FREE); the consumers wait on the
+// copies' mbarrier themselves.
+template <class Cfg>
+__device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
+                                                const HeadCoords& c, int tiles) {
+  using Bars = WgmmaBarriers<Cfg>;
+  constexpr int kN = Cfg::kBlockN;
+  const bool elected = threadIdx.x % 32 == 0;
+  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
+    if (elected) {
+      uint64_t* loaded = smem.tile_loaded(slot);
+      mbarrier_arrive_expect_bytes(loaded, 2 * Cfg::kHalfTileBytes);
+#pragma unroll
+      for (int panel = 0; panel < Cfg::kHeadDim / 64; ++panel) {
+        const int offset = panel * Cfg::kPanelBytes / 2;  // in halves
+        tma_load_4d(smem.k_halves(slot) + offset, maps.k, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
+        tma_load_4d(smem.v_halves(slot) + offset, maps.v, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
+      }
+    }
+  }
+}
+
 // One warp of a consumer warpgroup: its 16 query rows of the group's 64 (the softmax state of FragmentRows).
 template <class Cfg>
 struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   static constexpr int kQSteps = Cfg::kFp8Scores ? kD / 32 : kD / 16;  // k32 steps of codes or k16 of fp16
+  static constexpr int kQWords = Cfg::kQCodesForHalves ? 2 : 4;
   using FragmentRows<kD / 8>::o;
-  uint32_t q[kQSteps][4];  // the warp's 16 rows of Q as A fragments: E4M3 codes (wgmma_fp8) or fp16 (wgmma)
+  // The warp's 16 rows of Q: A fragments of E4M3 codes (wgmma_fp8) or fp16 (wgmma), or with kQCodesForHalves the
+  // codes of the fp16 fragments (load_half_q_codes), converted into q_halves before each Q K^T.
+  uint32_t q[kQSteps][kQWords];
+  uint32_t q_halves[kQSteps][4];
   // Shared-memory descriptors of slot 0's K and V tiles. Slot s lies s * kSlotBytes further, s * kSlotUnits in
   // the descriptor's 16-byte start field, which cannot carry (shared addresses stay below 2^18): one multiply-add
   // per tile instead of deriving each descriptor from tile % kStages (a chain of ~10 dependent uniform
@@ -234,6 +273,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   __device__ void set_q(const AttentionParams& p, const HeadCoords& c, bool flip_q, int lane) {
     if constexpr (Cfg::kFp8Scores) {
       this->load_code_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+    } else if constexpr (Cfg::kQCodesForHalves) {
+      this->load_half_q_codes(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     } else {
       this->load_half_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     }
@@ -247,6 +288,15 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     v_desc0 = smem_descriptor(smem.v_halves(0), Cfg::kPanelBytes, 1024, 128);
   }
 
+  // With kQCodesForHalves, the fp16 fragments of Q for the next issue_scores; before its wgmma_fence, since
+  // conversions between the wgmma made ptxas put a warpgroup.arrive before each.
+  __device__ void convert_q() {
+    if constexpr (Cfg::kQCodesForHalves) {
+#pragma unroll
+      for (int ks = 0; ks < kQSteps; ++ks) half_q_fragment(q[ks], q_halves[ks]);
+    }
+  }
+
   // Starts S = Q K^T for the slot's tile (one commit group). Code tiles: a k32 step is 32 bytes = 2 descriptor
   // units. fp16 panels: a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], int slot) {
@@ -256,9 +306,15 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
       for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], k_desc + 2 * ks, ks > 0);
     } else {
 #pragma unroll
+#pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
-        wgmma_f16_rs<false>(s, q[ks], k_desc + panel * (Cfg::kPanelBytes / 16) + step, ks > 0);
+        const uint64_t b = k_desc + panel * (Cfg::kPanelBytes / 16) + step;
+        if constexpr (Cfg::kQCodesForHalves) {
+          wgmma_f16_rs<false>(s, q_halves[ks], b, ks > 0);
+        } else {
+          wgmma_f16_rs<false>(s, q[ks], b, ks > 0);
+        }
       }
     }
     wgmma_commit();
@@ -295,6 +351,18 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   WarpgroupAttention<Cfg> w;
   w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
   w.set_descriptors(smem);
+  // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier.
+  auto wait_for_tile = [&](int tile, int slot) {
+    if constexpr (Cfg::kPredecoded) {
+      mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
+    } else {
+      barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
+    }
+  };
+  // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (not predecoded: no codes).
+  auto free_codes = [&](int tile, int slot) {
+    if (!Cfg::kPredecoded && Bars::refilled(tile, tiles)) barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+  };
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
   if (group == 1) pass_turn();  // group 0 issues first
@@ -303,20 +371,23 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   uint32_t a[kN / 16][4];  // P of the previous tile, the A fragments of its P V
   // Each wgmma issue unconditional in its own straight code: ptxas serialized every wgmma of the kernel after one
   // issued under a condition (nvcc 13.0).
-  barrier_sync(Bars::full(0, group), Bars::kGroupPair);
+  w.convert_q();
+  wait_for_tile(0, 0);
   take_turn();
   wgmma_fence();
   w.issue_scores(s, 0);
   pass_turn();
   wgmma_wait<0>();
   pin_registers(s);
-  if (Bars::refilled(0, tiles)) barrier_arrive(Bars::codes_free(0), Cfg::kThreads);
+  if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);
+  free_codes(0, 0);
   w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
   int slot = 0;  // tile % kStages, counted rather than divided
   for (int tile = 1; tile < tiles; ++tile) {
     const int prev = slot;
     slot = slot + 1 == Cfg::kStages ? 0 : slot + 1;
-    barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
+    w.convert_q();
+    wait_for_tile(tile, slot);
     take_turn();
     wgmma_fence();
     w.issue_scores(s, slot);
@@ -324,14 +395,15 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
     pass_turn();
     wgmma_wait<1>();  // S of this tile; P V of the last one still runs during the softmax
     pin_registers(s);
-    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+    if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);  // read by Q K^T until here
+    free_codes(tile, slot);
     uint32_t next[kN / 16][4];
     float correction[2];
     w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
     wgmma_wait<0>();
     pin_registers(a);  // read by that P V until here: no other value may take their registers before
     pin_registers(w.o);
-    if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Cfg::kThreads);
+    if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Bars::kSlotUsers);
     rescale_rows(w.o, correction);
     replace_fragments(a, next);
   }
@@ -350,13 +422,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #if SDPA_HAS_SM90A
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
+  if (threadIdx.x == 0) {
+    for (int slot = 0; slot < Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();  // the mbarriers are initialized
+  // Launched as a programmatic dependent launch after the decode pass (kv_to_half.cu), which wrote K and V.
+  if constexpr (Cfg::kPredecoded) wait_for_previous_grids();
   const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = p.is_causal ? head_coords_heavy_first(p, blocks_per_head) : head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
   const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
-    produce_tiles<Cfg>(smem, maps, c, tiles);
+    if constexpr (Cfg::kPredecoded) {
+      if (threadIdx.x < Cfg::kConsumerThreads + 32) load_half_tiles<Cfg>(smem, maps, c, tiles);
+    } else {
+      produce_tiles<Cfg>(smem, maps, c, tiles);
+    }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
     consume_tiles<Cfg, OutT>(smem, p, c, row0, tiles);
@@ -369,19 +452,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // Encodes the TMA descriptors of k and v (attention_wgmma.cu), k swizzled for e4m3 wgmma when `swizzle_k`; fails
 // for strides the TMA cannot express.
 cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps);
+// Enqueues the decode pass of K and V into p.workspace (kv_to_half.cu) and encodes TMA descriptors of those fp16
+// copies, read in 128-byte swizzled panels of kv_rows x 64 dims.
+cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, WgmmaMaps* maps, cudaStream_t stream);
 
-template <bool kFp8Scores>
+template <bool kFp8Scores, bool kPredecoded>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores>;
+    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded>;
     WgmmaMaps maps;
-    if (cudaError_t err = make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps); err != cudaSuccess) {
-      return err;
-    }
-    return launch_with_smem(attention_wgmma_kernel<Cfg, OutT>,
-                            attention_blocks(p, Cfg::kBlockM), Cfg::kThreads,
-                            Cfg::kSmemBytes, stream, p, maps);
+    const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, &maps, stream)
+                                        : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps);
+    if (err != cudaSuccess) return err;
+    return launch_overlapping(kPredecoded && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>,
+                              attention_blocks(p, Cfg::kBlockM), Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps);
   }
 };
 

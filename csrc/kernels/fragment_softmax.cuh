@@ -176,6 +176,25 @@ struct FragmentRows {
     }
   }
 
+  // The E4M3 codes of the fp16 A fragments (m16n8k16) of the warp's 16 rows of Q, half the registers: q[ks][r]
+  // holds row g (r = 0) or g + 8 (r = 1) of k16 step ks, dims 2c, 2c + 1 in its low and 2c + 8, 2c + 9 in its high
+  // half, so that half_q_fragment makes the four fp16 registers with one conversion each; signs flipped when
+  // flip_sign; rows past seqlen_q read as 0.
+  template <int kKSteps>
+  __device__ void load_half_q_codes(uint32_t (&q)[kKSteps][2], const uint8_t* q_head, int64_t row_stride,
+                                    int seqlen_q, bool flip_sign, int lane) const {
+    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const uint8_t* pair = q_head + row[r] * row_stride + ks * 16 + 2 * (lane % 4);
+        const uint32_t low = *reinterpret_cast<const uint16_t*>(pair), high = *reinterpret_cast<const uint16_t*>(pair + 8);
+        q[ks][r] = row[r] < seqlen_q ? (low | high << 16) ^ sign : 0u;
+      }
+    }
+  }
+
   // The E4M3 A fragments of the warp's 16 rows of Q for k32 steps (mma.sync m16n8k32, and wgmma's register
   // operand, which lays out each warp's 16 rows the same way): regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at
   // +16; the sign of every code flipped when flip_sign; rows past seqlen_q read as 0.

@@ -19,6 +19,8 @@ int find_attention_variant(const char* name);
 // descriptors also need every dimension longer than 1 to have a non-zero stride).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
 bool attention_variant_uses_tma(int variant);
+// Scratch memory the variant needs for these inputs (AttentionParams::workspace), in bytes; 0 for most.
+int64_t attention_workspace_bytes(int variant, const AttentionParams& params);
 // Whether a variant runs on a GPU of compute capability sm (e.g. 89), and those archs in words ("sm_89 or
 // newer", "sm_90").
 bool attention_variant_runs_on(int variant, int sm);

@@ -17,6 +17,7 @@ struct AttentionParams {
   const float* v_scale;  // [B, Hkv], contiguous
   void* out;             // [B, Hq, Sq, D] fp16 or bf16
   float* lse;            // [B, Hq, Sq]
+  void* workspace;       // attention_workspace_bytes(variant, params) bytes of scratch (launch.h), or null
 
   int64_t q_batch_stride, q_head_stride, q_row_stride;
   int64_t k_batch_stride, k_head_stride, k_row_stride;

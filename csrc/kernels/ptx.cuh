@@ -86,6 +86,26 @@ __device__ __forceinline__ uint32_t e4m3x2_high_to_half2(uint32_t codes) {
 #endif
 }
 
+// The fp16 A fragment (m16n8k16) of one k16 step from its codes (FragmentRows::load_half_q_codes): rows g and
+// g + 8, dims 2c, 2c + 1 in the low halves and 2c + 8, 2c + 9 in the high halves of codes[0] and codes[1]. The
+// conversions are volatile so that they stay where they are called: codes of Q do not change across a loop, and
+// ptxas hoisted the conversions out of it, which kept the fp16 fragments live throughout (a spill).
+__device__ __forceinline__ void half_q_fragment(const uint32_t (&codes)[2], uint32_t (&a)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    asm volatile("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+                 : "=r"(a[r]), "=r"(a[r + 2])
+                 : "r"(codes[r]));
+  }
+#else
+  a[0] = e4m3x2_to_half2(static_cast<uint16_t>(codes[0] & 0xFFFFu));
+  a[1] = e4m3x2_to_half2(static_cast<uint16_t>(codes[1] & 0xFFFFu));
+  a[2] = e4m3x2_high_to_half2(codes[0]);
+  a[3] = e4m3x2_high_to_half2(codes[1]);
+#endif
+}
+
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);

@@ -25,6 +25,7 @@ cudaError_t launch_fp8_mma_m32(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma_m16(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_split(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma(const AttentionParams&, cudaStream_t);
+cudaError_t launch_wgmma_predecode(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_fp8(const AttentionParams&, cudaStream_t);
 
 }  // namespace sdpa
