@@ -19,6 +19,8 @@ constexpr int kMaxBlocksPerHead = 65535;  // gridDim.y
 // before either is stored, took 35.8 against 28.9 us at 4x16x2048x128: H200, kernel time from the profiler.)
 __global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionParams p, __half* k_out, __half* v_out) {
   allow_next_grid_launch();
+  // Before any access: the kernel before may still be writing the codes, or reading the copies of the previous
+  // call, whose workspace the allocator may have handed to this one.
   wait_for_previous_grids();
   const bool is_v = blockIdx.z == 1;
   const int batch = blockIdx.x / p.heads_kv, head = blockIdx.x % p.heads_kv;
