@@ -306,7 +306,6 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
       for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], k_desc + 2 * ks, ks > 0);
     } else {
 #pragma unroll
-#pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
         const uint64_t b = k_desc + panel * (Cfg::kPanelBytes / 16) + step;
