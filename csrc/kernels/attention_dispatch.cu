@@ -144,7 +144,9 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // `wgmma+predecode`).
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
-  return std::strncmp(attention_variant_name(chosen), "wgmma", 5) == 0 ? find_attention_variant("wgmma_fp8") : chosen;
+  const bool full_tier_wgmma =
+      chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
+  return full_tier_wgmma ? find_attention_variant("wgmma_fp8") : chosen;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {
