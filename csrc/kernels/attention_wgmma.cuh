@@ -35,6 +35,8 @@
 // with no loads at all (H200, nvcc 13.0); with TMA, 270 us.
 #pragma once
 
+#include <type_traits>
+
 #include "attention_common.cuh"
 #include "fragment_softmax.cuh"
 #include "ptx.cuh"
@@ -258,7 +260,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // The warp's 16 rows of Q: A fragments of E4M3 codes (wgmma_fp8) or fp16 (wgmma), or with kQCodesForHalves the
   // codes of the fp16 fragments (load_half_q_codes), converted into q_halves before each Q K^T.
   uint32_t q[kQSteps][kQWords];
-  uint32_t q_halves[kQSteps][4];
+  struct NoFragments {};
+  std::conditional_t<Cfg::kQCodesForHalves, uint32_t[kQSteps][4], NoFragments> q_halves;
   // Shared-memory descriptors of slot 0's K and V tiles. Slot s lies s * kSlotBytes further, s * kSlotUnits in
   // the descriptor's 16-byte start field, which cannot carry (shared addresses stay below 2^18): one multiply-add
   // per tile instead of deriving each descriptor from tile % kStages (a chain of ~10 dependent uniform
