@@ -21,8 +21,8 @@
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
 // P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats), P
-// twice (kBlockN / 4 words each: the tile whose P V runs, and the tile in the softmax), Q (D / 4 words of fp16 or
-// D / 8 of codes) and O (D / 2 floats) per thread.
+// (kBlockN / 4 words for the tile whose P V runs, and as many for the tile in the softmax without kLatePack), Q
+// (D / 4 words of fp16 or D / 8 of codes) and O (D / 2 floats) per thread.
 //
 // Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits): per
 //   slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K), then the mbarriers of the TMA copies. fp16 tiles
@@ -64,6 +64,16 @@ struct WgmmaConfig {
   // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
   // 204.8 us at 4x16x2048x128 (H200, kernel time without the decode pass).
   static constexpr bool kQCodesForHalves = kPredecoded && kHeadDim == 128;
+  // `wgmma` exponentiates S in place and packs P into the A fragments of P V only once the previous P V is done
+  // (FragmentRows::exponentials; a guessed row max that fails recomputes S from the fp16 K tile, which stays in
+  // the slot until that P V: WarpgroupAttention::recompute_scores). The others write P into separate fragments
+  // during the softmax and copy them over after the wait (`next`, replace_fragments). H200, graph us, same run,
+  // in place against `next`: `wgmma` 169.6 / 176.4 at 4x16x2048x64, 570.9 / 619.0 at 1x16x8192x64, 245.3 / 260.6
+  // at 4x16x2048x128, 910.8 / 937.3 at 1x16x8192x128 (causal 102.9 / 104.3, 301.4 / 319.8, 150.8 / 153.9,
+  // 472.7 / 491.9). Predecoded at D = 128, even with Q's fp16 fragments held in the registers `next` leaves: 232.6
+  // / 232.5 at 4x16x2048x128, 789.7 / 730.4 at 1x16x8192x128. wgmma_fp8 keeps K as codes, which it releases right
+  // after Q K^T.
+  static constexpr bool kLatePack = !kFp8Scores && !kPredecoded;
   static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCodeTileBytes = kPredecoded ? 0 : kBlockN * kHeadDim;
@@ -322,6 +332,28 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     wgmma_commit();
   }
 
+  // S = Q K^T of the warp's 16 rows again, for the rare tile whose guessed row max failed after the exponentials
+  // had replaced S (kLatePack): by mma.sync (m16n8k16, fp32 sums) from the slot's fp16 K tile and Q's A fragments,
+  // the same products as the wgmma summed in another order. Not by wgmma: ptxas serializes every wgmma of a
+  // kernel after one issued under a condition.
+  __device__ void recompute_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot, int lane) const {
+    static_assert(Cfg::kLatePack && !Cfg::kQCodesForHalves, "fp16 K tiles and Q fragments");
+    const int mat = lane / 8, mat_row = lane % 8;
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 16; ++nt) {  // ldmatrix.x4: two 8-key n-tiles x two 8-dim halves of the k-step
+        uint32_t b[4];
+        ldmatrix_x4(b, smem.k_halves(slot) +
+                           HalfPanelLayout<kN>::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
+        mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
+        mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
+      }
+    }
+  }
+
   // Starts O += P V for the slot's tile (one commit group); a k16 step is 16 keys = 2048 bytes, 128 descriptor
   // units.
   __device__ void issue_output(const uint32_t (&a)[kN / 16][4], int slot) {
@@ -336,7 +368,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 // while the other's matrix products occupy the tensor cores. A group issues tile t's Q K^T together with tile
 // t - 1's P V, waits for Q K^T only and runs the softmax of tile t (guessing that the row max stays,
 // online_softmax_scores) while that P V still runs, writing P into separate A fragments (`next`); then it waits
-// for the P V, rescales O and takes over the new fragments (replace_fragments). Nothing stays in flight across
+// for the P V, rescales O and takes over the new fragments (replace_fragments). With kLatePack the softmax leaves
+// P in S as fp32 and packs it into the fragments after the wait instead. Nothing stays in flight across
 // loop passes: ptxas serialized every wgmma when a partial wait did. Batches: S(0); S(t) + PV(t - 1) for
 // t >= 1; PV(last).
 // H200, graph us, one run, with / without P V in flight during the softmax: `wgmma` 174.6 / 177.2 at
@@ -399,15 +432,26 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
     pin_registers(s);
     if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);  // read by Q K^T until here
     free_codes(tile, slot);
-    uint32_t next[kN / 16][4];
     float correction[2];
-    w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
-    wgmma_wait<0>();
-    pin_registers(a);  // read by that P V until here: no other value may take their registers before
-    pin_registers(w.o);
-    if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Bars::kSlotUsers);
-    rescale_rows(w.o, correction);
-    replace_fragments(a, next);
+    // Waits for the last tile's P V, frees its slot and rescales O for this tile.
+    auto finish_output = [&] {
+      wgmma_wait<0>();
+      pin_registers(a);  // read by that P V until here: no other value may take their registers before
+      pin_registers(w.o);
+      if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Bars::kSlotUsers);
+      rescale_rows(w.o, correction);
+    };
+    if constexpr (Cfg::kLatePack) {
+      w.exponentials(s, tile * kN, p, lane, correction,
+                     [&](float (&raw)[kN / 8][4]) { w.recompute_scores(raw, smem, slot, lane); });
+      finish_output();
+      pack_probabilities(s, a);
+    } else {
+      uint32_t next[kN / 16][4];
+      w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
+      finish_output();
+      replace_fragments(a, next);
+    }
   }
   take_turn();
   wgmma_fence();

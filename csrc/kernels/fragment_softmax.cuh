@@ -44,23 +44,58 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int ke
   return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 > first_row);
 }
 
-// P = exp2(S * scale - offset[row]) of a tile, as the fp16 A fragments of P V (probs[kt] covers keys
-// [16 kt, 16 kt + 16): n-tiles 2 kt and 2 kt + 1 of the C layout, which is exactly the A layout), and the fp32 sum
-// of the lane's part of each row; one FFMA and one MUFU per score.
+// S = exp2(S * scale - offset[row]) in place, in fp32, and the sum of the lane's part of each row; one FFMA and
+// one MUFU per score.
 template <int kNTiles>
-__device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], float scale, const float (&offset)[2],
-                                                  uint32_t (&probs)[kNTiles / 2][4], float (&tile_sum)[2]) {
+__device__ __forceinline__ void exponentiate_in_place(float (&s)[kNTiles][4], float scale, const float (&offset)[2],
+                                                      float (&tile_sum)[2]) {
   tile_sum[0] = tile_sum[1] = 0.0f;
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
-    float e[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      e[i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
-      tile_sum[i / 2] += e[i];
+      s[nt][i] = fast_exp2(fmaf(s[nt][i], scale, -offset[i / 2]));
+      tile_sum[i / 2] += s[nt][i];
     }
-    probs[nt / 2][2 * (nt % 2)] = pack_half2(e[0], e[1]);
-    probs[nt / 2][2 * (nt % 2) + 1] = pack_half2(e[2], e[3]);
+  }
+}
+
+// P of a tile as the fp16 A fragments of P V: probs[kt] covers keys [16 kt, 16 kt + 16), n-tiles 2 kt and 2 kt + 1
+// of the C layout, which is exactly the A layout.
+template <int kNTiles>
+__device__ __forceinline__ void pack_probabilities(const float (&p)[kNTiles][4], uint32_t (&probs)[kNTiles / 2][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+    probs[nt / 2][2 * (nt % 2)] = pack_half2(p[nt][0], p[nt][1]);
+    probs[nt / 2][2 * (nt % 2) + 1] = pack_half2(p[nt][2], p[nt][3]);
+  }
+}
+
+// P = exp2(S * scale - offset[row]) of a tile, packed (pack_probabilities), with S left as it was.
+template <int kNTiles>
+__device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], float scale, const float (&offset)[2],
+                                                  uint32_t (&probs)[kNTiles / 2][4], float (&tile_sum)[2]) {
+  float p[kNTiles][4];
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[nt][i] = s[nt][i];
+  }
+  exponentiate_in_place(p, scale, offset, tile_sum);
+  pack_probabilities(p, probs);
+}
+
+// Takes each row's max over a tile of raw scores into the running softmax state: the exp2 offset of each row and
+// the factor correction[r] that rescales row r's O accumulators (a chain of FMNMX and two shuffles per row).
+template <int kNTiles>
+__device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], RowSoftmax (&softmax)[2], float scale,
+                                             float (&offset)[2], float (&correction)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    correction[r] = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
   }
 }
 
@@ -89,13 +124,7 @@ __device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][
     }
   }
   float offset[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) tile_max = fmaxf(tile_max, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-    correction[r] = softmax[r].rescale(group_max<4>(tile_max) * scale, &offset[r]);
-  }
+  take_row_max(s, softmax, scale, offset, correction);
   exponentiate_tile(s, scale, offset, probs, tile_sum);
   softmax[0].sum += tile_sum[0];
   softmax[1].sum += tile_sum[1];
@@ -219,6 +248,35 @@ struct FragmentRows {
                                 uint32_t (&probs)[kNTiles / 2][4], float (&correction)[2]) {
     if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
     online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
+  }
+
+  // Masks the tile if it needs it and replaces the raw scores by P in fp32, for kernels that pack P
+  // (pack_probabilities) only once the P V that reads the previous fragments is done; O must be rescaled by
+  // correction before the next P V adds to it. The row max is guessed as in online_softmax_scores; when the guess
+  // fails the exponentials have replaced the scores, so recompute(s) must write the raw scores again.
+  template <int kNTiles, class Recompute>
+  __device__ void exponentials(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
+                               float (&correction)[2], Recompute recompute) {
+    const bool masked = tile_needs_mask(p, key0, kNTiles * 8, first_row);
+    if (masked) mask_tile(s, row, key0, p, lane);
+    float offset[2], tile_sum[2];
+    correction[0] = correction[1] = 1.0f;
+    if (__all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
+      offset[0] = softmax[0].max, offset[1] = softmax[1].max;
+      exponentiate_in_place(s, score_scale, offset, tile_sum);
+      constexpr float kMaxP = RowSoftmax::kMaxProbability;
+      if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
+        softmax[0].sum += tile_sum[0];
+        softmax[1].sum += tile_sum[1];
+        return;
+      }
+      recompute(s);
+      if (masked) mask_tile(s, row, key0, p, lane);
+    }
+    take_row_max(s, softmax, score_scale, offset, correction);
+    exponentiate_in_place(s, score_scale, offset, tile_sum);
+    softmax[0].sum += tile_sum[0];
+    softmax[1].sum += tile_sum[1];
   }
 
   // probabilities, then O rescaled for the tile; no P V may be in flight.
