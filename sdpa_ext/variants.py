@@ -73,8 +73,8 @@ _VARIANTS = (
             archs=HOPPER_ARCHS, aligned_rows=True),
     Variant("wgmma_fp8", 7, "fast", (), "wgmma with e4m3 wgmma for QK^T straight on the codes (Q codes in "
             "registers, only V decoded); fast tier because the Hopper FP8 tensor cores sum QK^T with about 14 "
-            "significant bits (lse off by up to 1.0e-3 at |lse| < 4 and 1.5 at |lse| ~ 4000, where fp32 sums stay "
-            "under 5.6e-4)",
+            "significant bits (lse off by up to 1.0e-3 at |lse| < 4, 1.5 at |lse| ~ 4000, and 1.2e-3 of |lse| where "
+            "every product is positive; fp32 sums stay under 5.6e-4)",
             archs=HOPPER_ARCHS, aligned_rows=True),
 )
 

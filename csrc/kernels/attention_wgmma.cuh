@@ -2,8 +2,8 @@
 //   wgmma      full tier: Q and K decoded to fp16 (exact), S = Q K^T by fp16 wgmma with fp32 sums, Q from
 //              registers
 //   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
-//              about 14 significant bits (lse off by up to 1.0e-3, and by 1.5 at |lse| ~ 4000, where fp32 sums
-//              stay under 5.6e-4 and 5.0e-4)
+//              about 14 significant bits (lse off by up to 1.0e-3, by 1.5 at |lse| ~ 4000, and by 1.2e-3 of |lse|
+//              where every product is positive; fp32 sums stay under 5.6e-4 and 5.0e-4)
 //   wgmma+predecode  `wgmma` on fp16 copies of K and V that a pass over memory wrote first (kv_to_half.cu): TMA
 //              lands them in the ring as they are, so no block decodes, one producer warp starts the copies and
 //              the consumers wait on the copies' mbarriers. Every query block of a head decoded all of its keys
