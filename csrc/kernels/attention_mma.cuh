@@ -48,18 +48,8 @@ struct WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {
   __device__ void consume(const __half* k_tile, const __half* v_tile, int key0, const AttentionParams& p, int lane) {
     using Layout = typename Cfg::Layout;
     const int mat = lane / 8, mat_row = lane % 8;
-    // S = Q K^T: ldmatrix.x4 gives two 8-key n-tiles x two 8-dim halves of the k-step.
-    float s[kN / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 16; ++nt) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
-        mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
-        mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
-      }
-    }
+    float s[kN / 8][4];
+    half_tile_scores<Layout>(s, q, k_tile, lane);
     uint32_t probs[kN / 16][4];  // the row max taken first, as in the fp8 family (attention_fp8.cuh)
     this->template scores_to_probabilities</*kGuessMax=*/false>(s, key0, p, lane, probs);
     // O += P V, P of keys [16kt, 16kt + 16) as the A fragment probs[kt].

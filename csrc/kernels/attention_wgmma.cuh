@@ -338,20 +338,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // kernel after one issued under a condition.
   __device__ void recompute_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot, int lane) const {
     static_assert(Cfg::kLatePack && !Cfg::kQCodesForHalves, "fp16 K tiles and Q fragments");
-    const int mat = lane / 8, mat_row = lane % 8;
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < kD / 16; ++ks) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 16; ++nt) {  // ldmatrix.x4: two 8-key n-tiles x two 8-dim halves of the k-step
-        uint32_t b[4];
-        ldmatrix_x4(b, smem.k_halves(slot) +
-                           HalfPanelLayout<kN>::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
-        mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
-        mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
-      }
-    }
+    half_tile_scores<HalfPanelLayout<kN>>(s, q, smem.k_halves(slot), lane);
   }
 
   // Starts O += P V for the slot's tile (one commit group); a k16 step is 16 keys = 2048 bytes, 128 descriptor

@@ -68,6 +68,27 @@ __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col,
   *reinterpret_cast<uint4*>(tile + Layout::offset(row, col + 8)) = decode_8(codes.z, codes.w);
 }
 
+// S = Q K^T of a warp's 16 query rows against an fp16 K tile [kNTiles * 8 keys][dims] in shared memory laid out
+// by Layout (offsets in halves): mma.sync m16n8k16 with fp32 sums, Q as fp16 A fragments, K by ldmatrix.x4 (two
+// 8-key n-tiles x two 8-dim halves of a k-step at a time).
+template <class Layout, int kKSteps, int kNTiles>
+__device__ __forceinline__ void half_tile_scores(float (&s)[kNTiles][4], const uint32_t (&q)[kKSteps][4],
+                                                 const __half* k_tile, int lane) {
+  const int mat = lane / 8, mat_row = lane % 8;
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < kKSteps; ++ks) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles / 2; ++nt) {
+      uint32_t b[4];
+      ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
+      mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
+      mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
+    }
+  }
+}
+
 // Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
 // `thread` of the kThreads taking part keeps one 16-byte column and copies every (kThreads / chunks per row)-th
 // row: one 64-bit address per tile, then a constant step per chunk, and where the row step keeps the layout's
