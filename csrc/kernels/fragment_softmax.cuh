@@ -191,24 +191,16 @@ struct FragmentRows {
   template <int kKSteps>
   __device__ void load_half_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
                               bool flip_sign, int lane) const {
-    const uint32_t sign = flip_sign ? 0x80008000u : 0u;
-    const int c = lane % 4;
+    uint32_t codes[kKSteps][2];
+    load_half_q_codes(codes, q_head, row_stride, seqlen_q, flip_sign, lane);
 #pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // a0a1: (g, 2c) a2a3: (g + 8, 2c) a4a5: (g, 2c + 8) a6a7: (g + 8, 2c + 8)
-        const int r = row[i % 2], col = ks * 16 + (i / 2) * 8 + 2 * c;
-        q[ks][i] = r < seqlen_q
-                       ? e4m3x2_to_half2(*reinterpret_cast<const uint16_t*>(q_head + r * row_stride + col)) ^ sign
-                       : 0u;
-      }
-    }
+    for (int ks = 0; ks < kKSteps; ++ks) half_q_fragment(codes[ks], q[ks]);
   }
 
   // The E4M3 codes of the fp16 A fragments (m16n8k16) of the warp's 16 rows of Q, half the registers: q[ks][r]
   // holds row g (r = 0) or g + 8 (r = 1) of k16 step ks, dims 2c, 2c + 1 in its low and 2c + 8, 2c + 9 in its high
   // half, so that half_q_fragment makes the four fp16 registers with one conversion each; signs flipped when
-  // flip_sign; rows past seqlen_q read as 0.
+  // flip_sign; rows past seqlen_q read as 0, and are not read.
   template <int kKSteps>
   __device__ void load_half_q_codes(uint32_t (&q)[kKSteps][2], const uint8_t* q_head, int64_t row_stride,
                                     int seqlen_q, bool flip_sign, int lane) const {
@@ -217,9 +209,13 @@ struct FragmentRows {
     for (int ks = 0; ks < kKSteps; ++ks) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const uint8_t* pair = q_head + row[r] * row_stride + ks * 16 + 2 * (lane % 4);
-        const uint32_t low = *reinterpret_cast<const uint16_t*>(pair), high = *reinterpret_cast<const uint16_t*>(pair + 8);
-        q[ks][r] = row[r] < seqlen_q ? (low | high << 16) ^ sign : 0u;
+        q[ks][r] = 0u;
+        if (row[r] < seqlen_q) {
+          const uint8_t* pair = q_head + row[r] * row_stride + ks * 16 + 2 * (lane % 4);
+          const uint32_t low = *reinterpret_cast<const uint16_t*>(pair);
+          const uint32_t high = *reinterpret_cast<const uint16_t*>(pair + 8);
+          q[ks][r] = (low | high << 16) ^ sign;
+        }
       }
     }
   }
