@@ -65,9 +65,10 @@ UNEQUAL = [(1, 2, 2, 17, 129, 64), (1, 2, 2, 129, 17, 64), (1, 2, 2, 1, 1000, 64
            (2, 2, 2, 127, 513, 64)]
 GQA = [(2, 8, 2, 129, 129, 64), (1, 8, 1, 65, 200, 64), (1, 6, 3, 100, 100, 128)]
 HEAD_DIM_128 = [(1, 2, 2, 64, 64, 128), (2, 4, 4, 129, 129, 128), (1, 2, 2, 513, 300, 128)]
-# Many heads (192 with 4 query heads per kv head, 96): grids of several waves of 128-row blocks, half of them
-# partial tiles.
-MANY_HEADS = [(4, 48, 12, 129, 257, 64), (3, 32, 32, 200, 200, 128)]
+# Many heads (192 with 4 query heads per kv head, 96, 256 with 4): grids of several waves of 128-row blocks, half of
+# them partial tiles. On a GPU of up to 132 SMs `wgmma+predecode` decodes most of their kv heads inside the grid
+# (kv_decode_ahead.cuh): one chunk of keys or none per block, two, and five (its two code buffers reused).
+MANY_HEADS = [(4, 48, 12, 129, 257, 64), (3, 32, 32, 200, 200, 128), (8, 32, 8, 100, 1200, 128)]
 
 CASES = (
     [(*s, False) for s in CLASSIC]

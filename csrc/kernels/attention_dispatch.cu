@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "kv_to_half.h"
 #include "launch.h"
 #include "variant_launchers.h"
 
@@ -67,12 +68,16 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // With up to 128 blocks of 64 rows (fewer than the H200's 132 SMs) `fp8_split` (sm_89+) keeps more warps busy:
 // 1x8x512x64 8.4 against 9.3 us for warp_spec+2producers+swizzle, 1x8x512x128 14.8 against 16.0 us; at
 // 2x8x1024x64 (256 blocks) it loses, 36.7 against 20.5 us (H200, 2026-11-21).
-// At D = 128 `wgmma+predecode` takes over where the query rows per kv head (halved when causal) reach 2048: its
-// decode pass costs per key (28.8 us at 4x16x2048x128), its saving per query block (207.2 against 245.2 us for the
-// attention kernel there). Graph us against `wgmma`, H200, 2026-11-21, same run: non-causal 1x16xSx128 S = 1024
-// 22.0 / 18.8, 2048 61.3 / 62.9, 4096 203.1 / 229.5, 8192 751.3 / 882.9, 4x16x2048x128 234.5 / 246.0; causal
-// S = 2048 42.0 / 38.8, 4096 123.1 / 128.0, 8192 421.7 / 456.6, 4x16x2048x128 168.9 / 149.8. At D = 64 it lost
-// everywhere (4x16x2048x64 186.1 / 175.5: the attention kernel alone gained 2 us).
+// At D = 128 `wgmma+predecode` takes over where the query rows per kv head (halved when causal) reach 2048: it
+// saves per query block (207.2 against 245.2 us for the attention kernel at 4x16x2048x128) and costs per key
+// (decoding K and V: 28.8 us there as a pass over every head). Not causal, the pass decodes only the kv heads of the
+// first wave and the grid the others (kv_decode_ahead.cuh): the pass takes 5.9 us and the attention kernel 210.1
+// there. Graph us against `wgmma`, H200, 2026-11-21, same run: non-causal 1x16xSx128 S = 1024 21.7 / 18.5, 2048
+// 58.7 / 62.1, 4096 193.9 / 240.0; 2x16x1024x128 38.1 / 35.5, 4x16x1024x128 69.1 / 70.1, 2x16x2048x128 110.2 /
+// 126.0, 1x32x2048x128 110.7 / 123.1, 4x16x2048x128 212.9 / 255.8; causal (a pass over every head) S = 1024
+// 21.8 / 18.9, 2048 42.4 / 38.1, 4096 124.0 / 131.9, 2x16x2048x128 82.2 / 75.2, 4x16x2048x128 170.0 / 147.3. At
+// D = 64 it loses everywhere (4x16x2048x64 175.2 / 168.6, 1x16x8192x64 610.2 / 571.8, causal 118.7 / 103.4 and
+// 329.5 / 301.5): there the attention kernel alone gained 2 us without the decode.
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
   return p.head_dim == 128 && (p.is_causal ? rows_per_kv_head / 2 : rows_per_kv_head) >= 2048;
@@ -115,8 +120,7 @@ std::string attention_variant_archs(int variant) {
 bool attention_variant_uses_tma(int variant) { return kVariants[variant].tma; }
 
 int64_t attention_workspace_bytes(int variant, const AttentionParams& p) {
-  if (!kVariants[variant].half_kv_workspace) return 0;
-  return 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * p.head_dim * sizeof(uint16_t);
+  return kVariants[variant].half_kv_workspace ? kv_decode_workspace_bytes(p) : 0;
 }
 
 bool attention_variant_aligned(int variant, const AttentionParams& p) {

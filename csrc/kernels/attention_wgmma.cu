@@ -54,6 +54,16 @@ cudaError_t encode_tile_map(CUtensorMap* map, const TileMapSpec& t) {
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// The blocks the GPU runs at once: one per SM (the wgmma kernels take most of an SM's registers and shared memory).
+int resident_wgmma_blocks() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;  // the plan then takes each head's blocks as the lookahead
+  }
+  return sms;
+}
+
 }  // namespace
 
 // Code boxes of kv_rows x D: k in the 64- or 128-byte swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k),
@@ -73,16 +83,21 @@ cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_
   return err;
 }
 
-cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, WgmmaMaps* maps, cudaStream_t stream) {
+cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_m, WgmmaMaps* maps,
+                               cudaStream_t stream) {
+  const int blocks_per_kv_head = query_tiles(p, block_m) * (p.heads_q / p.heads_kv);
+  maps->plan = plan_kv_decode(p, blocks_per_kv_head, kv_rows, resident_wgmma_blocks());
+  if (cudaError_t err = launch_kv_to_half(p, maps->plan, stream); err != cudaSuccess) return err;
+  WgmmaMaps codes;
+  if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, &codes); err != cudaSuccess) return err;
+  maps->k_codes = codes.k;
+  maps->v_codes = codes.v;
   const int64_t row = p.head_dim, head = row * p.seqlen_k, batch = head * p.heads_kv;
-  __half* k_halves = static_cast<__half*>(p.workspace);
-  __half* v_halves = k_halves + batch * p.batch;
-  if (cudaError_t err = launch_kv_to_half(p, k_halves, v_halves, stream); err != cudaSuccess) return err;
-  cudaError_t err = encode_tile_map(&maps->k, {k_halves, true, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, batch,
-                                               head, row, kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
+  cudaError_t err = encode_tile_map(&maps->k, {maps->plan.k_halves, true, p.batch, p.heads_kv, p.seqlen_k,
+                                               p.head_dim, batch, head, row, kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
   if (err == cudaSuccess) {
-    err = encode_tile_map(&maps->v, {v_halves, true, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, batch, head, row,
-                                     kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
+    err = encode_tile_map(&maps->v, {maps->plan.v_halves, true, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, batch,
+                                     head, row, kv_rows, 64, CU_TENSOR_MAP_SWIZZLE_128B});
   }
   return err;
 }

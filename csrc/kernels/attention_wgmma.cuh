@@ -4,11 +4,13 @@
 //   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
 //              about 14 significant bits (lse off by up to 1.0e-3, by 1.5 at |lse| ~ 4000, and by 1.2e-3 of |lse|
 //              where every product is positive; fp32 sums stay under 5.6e-4 and 5.0e-4)
-//   wgmma+predecode  `wgmma` on fp16 copies of K and V that a pass over memory wrote first (kv_to_half.cu): TMA
-//              lands them in the ring as they are, so no block decodes, one producer warp starts the copies and
-//              the consumers wait on the copies' mbarriers. Every query block of a head decoded all of its keys
-//              before; at 4x16x2048x128 the attention kernel takes 207.2 against 245.2 us and the pass 28.8 us
-//              (H200): it pays where a kv head has many query rows (attention_dispatch.cu).
+//   wgmma+predecode  `wgmma` on fp16 copies of K and V (kv_to_half.h): TMA lands them in the ring as they are, so
+//              no block decodes its own tiles, one producer warp starts the copies and the consumers wait on the
+//              copies' mbarriers. Every query block of a head decoded all of its keys before; at 4x16x2048x128 the
+//              attention kernel takes 207.2 against 245.2 us (H200). A pass over memory decodes the first kv
+//              heads and, not causal, the other three producer warps decode the rest ahead of the blocks that read
+//              them (kv_decode_ahead.cuh): 5.9 us of pass and 210.1 of attention there, against 28.8 us for a pass
+//              over every head. It pays where a kv head has many query rows (attention_dispatch.cu).
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -42,6 +44,7 @@
 #include "ptx.cuh"
 #include "tile_rows.cuh"
 #include "hopper.cuh"
+#include "kv_decode_ahead.cuh"
 
 namespace sdpa {
 
@@ -84,8 +87,13 @@ struct WgmmaConfig {
   // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
   // 232 / 802 with one, 241 / 867 with 4.
   static constexpr int kDecodeBatch = kFp8Scores ? 1 : 4;
-  static constexpr int kBarrierBytes = 8 * kStages;  // an mbarrier per slot
-  static constexpr int kSmemBytes = 1024 + kStages * kSlotBytes + kBarrierBytes;  // + aligning the base
+  // Predecoded: two buffers of a code tile for the producers' decode ahead (kv_decode_ahead.cuh); 225 KB in all
+  // at D = 128.
+  static constexpr int kAheadBufferBytes = kPredecoded ? kBlockN * kHeadDim : 0;
+  // An mbarrier per slot and per decode-ahead buffer, and the DecodeAheadJob.
+  static constexpr int kBarrierBytes = 8 * (kStages + 2) + sizeof(DecodeAheadJob);
+  static constexpr int kSmemBytes =
+      1024 + kStages * kSlotBytes + 2 * kAheadBufferBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer.
   static constexpr int kConsumerRegisters = kPredecoded ? 240 : 232, kProducerRegisters = kPredecoded ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
@@ -96,9 +104,12 @@ struct WgmmaConfig {
 };
 
 // TMA descriptors of the k and v codes as [B, H, S, D] tensors, with boxes of kBlockN rows: k swizzled for e4m3
-// wgmma (wgmma_fp8) or plain like v.
+// wgmma (wgmma_fp8) or plain like v. Predecoded, k and v describe the fp16 copies, k_codes and v_codes the plain
+// codes that the grid decodes ahead as `plan` says.
 struct WgmmaMaps {
   CUtensorMap k, v;
+  CUtensorMap k_codes, v_codes;
+  KvDecodePlan plan;
 };
 
 // An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
@@ -120,9 +131,12 @@ struct WgmmaSmem {
     return reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
   }
   __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
+  __device__ uint8_t* ahead_codes() const { return k_codes(Cfg::kStages); }  // two buffers
   __device__ uint64_t* tile_loaded(int slot) const {
-    return reinterpret_cast<uint64_t*>(k_codes(Cfg::kStages)) + slot;
+    return reinterpret_cast<uint64_t*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes) + slot;
   }
+  __device__ uint64_t* ahead_loaded() const { return tile_loaded(Cfg::kStages); }  // two mbarriers
+  __device__ DecodeAheadJob* ahead_job() const { return reinterpret_cast<DecodeAheadJob*>(ahead_loaded() + 2); }
 };
 
 // Named barriers (id 0 is __syncthreads'):
@@ -132,6 +146,7 @@ struct WgmmaSmem {
 //                      producers already decoded) may be overwritten
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
 //   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
+//   DECODE_AHEAD       predecoded, the three producer warps that decode ahead (kv_decode_ahead.cuh)
 // Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
 template <class Cfg>
 struct WgmmaBarriers {
@@ -139,11 +154,12 @@ struct WgmmaBarriers {
   __device__ static int codes_free(int slot) { return 1 + 2 * Cfg::kStages + slot; }
   __device__ static int halves_free(int slot) { return 1 + 3 * Cfg::kStages + slot; }
   __device__ static int turn(int group) { return 1 + 4 * Cfg::kStages + group; }
+  static constexpr int kDecodeAhead = 1 + 4 * Cfg::kStages + 2;
   static constexpr int kGroupPair = Cfg::kProducerThreads + 128;  // FULL and TURN: 128 + 128 threads
   // HALVES_FREE's threads: the consumers and every producer, which decode into the slot; predecoded, the one
   // producer warp that starts the copies.
   static constexpr int kSlotUsers = Cfg::kConsumerThreads + (Cfg::kPredecoded ? 32 : Cfg::kProducerThreads);
-  static_assert(1 + 4 * Cfg::kStages + 1 < 16, "16 named barriers per block");
+  static_assert(kDecodeAhead < 16, "16 named barriers per block");
   // Whether the consumers must free tile t's slot: the producers wait only for the slots they refill.
   __device__ static bool refilled(int tile, int tiles) { return tile >= 0 && tile + Cfg::kStages < tiles; }
 };
@@ -236,15 +252,16 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
 }
 
-// The producer of `wgmma+predecode`: one warp, whose first lane starts the TMA copies of each tile's fp16 K and V
-// panels into a slot once the consumers are done with the tile it held (HALVES_FREE); the consumers wait on the
-// copies' mbarrier themselves.
+// The copier of `wgmma+predecode`: one warp, whose first lane waits until the block's kv head is decoded and then
+// starts the TMA copies of each tile's fp16 K and V panels into a slot once the consumers are done with the tile it
+// held (HALVES_FREE); the consumers wait on the copies' mbarrier themselves.
 template <class Cfg>
 __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
-                                                const HeadCoords& c, int tiles) {
+                                                const HeadCoords& c, int heads_kv, int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN;
   const bool elected = threadIdx.x % 32 == 0;
+  if (elected) wait_for_decoded_head(maps.plan, c.batch * heads_kv + c.head_kv);
   for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
     if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
     if (elected) {
@@ -456,7 +473,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
   if (threadIdx.x == 0) {
-    for (int slot = 0; slot < Cfg::kStages; ++slot) mbarrier_init(smem.tile_loaded(slot), 1);
+    for (int bar = 0; bar < Cfg::kStages + 2; ++bar) mbarrier_init(smem.tile_loaded(bar), 1);  // + ahead_loaded
     fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers are initialized
@@ -469,7 +486,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (Cfg::kPredecoded) {
-      if (threadIdx.x < Cfg::kConsumerThreads + 32) load_half_tiles<Cfg>(smem, maps, c, tiles);
+      const int tid = threadIdx.x - Cfg::kConsumerThreads;
+      if (tid < 32) {
+        load_half_tiles<Cfg>(smem, maps, c, p.heads_kv, tiles);
+      } else {
+        decode_ahead<Cfg::kHeadDim, Cfg::kBlockN, Cfg::kProducerThreads - 32, WgmmaBarriers<Cfg>::kDecodeAhead>(
+            maps.plan, maps.k_codes, maps.v_codes, p.heads_kv, p.seqlen_k, smem.ahead_codes(), smem.ahead_loaded(),
+            smem.ahead_job(), tid - 32);
+      }
     } else {
       produce_tiles<Cfg>(smem, maps, c, tiles);
     }
@@ -485,9 +509,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 // Encodes the TMA descriptors of k and v (attention_wgmma.cu), k swizzled for e4m3 wgmma when `swizzle_k`; fails
 // for strides the TMA cannot express.
 cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps);
-// Enqueues the decode pass of K and V into p.workspace (kv_to_half.cu) and encodes TMA descriptors of those fp16
-// copies, read in 128-byte swizzled panels of kv_rows x 64 dims.
-cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, WgmmaMaps* maps, cudaStream_t stream);
+// Plans the fp16 copies of K and V in p.workspace for a grid of block_m query rows per block (kv_to_half.h),
+// enqueues the pass over the first kv heads, and encodes TMA descriptors of the copies, read in 128-byte swizzled
+// panels of kv_rows x 64 dims, and of the codes the grid decodes ahead, in plain boxes of kv_rows rows.
+cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_m, WgmmaMaps* maps,
+                               cudaStream_t stream);
 
 template <bool kFp8Scores, bool kPredecoded>
 struct WgmmaVariant {
@@ -495,7 +521,7 @@ struct WgmmaVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded>;
     WgmmaMaps maps;
-    const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, &maps, stream)
+    const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
                                         : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps);
     if (err != cudaSuccess) return err;
     return launch_overlapping(kPredecoded && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>,

@@ -55,6 +55,14 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// The same between generic accesses to global memory and TMA copies: a TMA load of data that another block wrote
+// with plain stores needs it after the acquire that saw the data published (and the writers before their release).
+__device__ __forceinline__ void fence_proxy_async_global() {
+#if SDPA_HAS_SM90A
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 // mbarrier: a shared-memory barrier whose phase completes when `count` threads arrived and the transaction bytes
 // they announced have landed (TMA copies count their bytes down on it).
 __device__ __forceinline__ void mbarrier_init(const void* bar, int count) {

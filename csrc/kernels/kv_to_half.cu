@@ -1,6 +1,7 @@
 // Decodes the K and V codes of a call into contiguous fp16 copies (exact: every E4M3 value is an fp16 value), so
 // that `wgmma+predecode` reads fp16 tiles by TMA instead of decoding every tile again in every block. Each query
 // block of a head decoded all of the head's K and V before: 16 times the work at 2048 query rows per head.
+// The pass decodes the plan's first heads only; the attention grid decodes the others (kv_decode_ahead.cuh).
 #include <algorithm>
 
 #include "attention_common.cuh"
@@ -17,18 +18,24 @@ constexpr int kMaxBlocksPerHead = 65535;  // gridDim.y
 // Block (head, y, tensor): tensor 0 is K, 1 is V; `head` runs over B * Hkv; each thread converts 16-code chunks of
 // the head, y * kThreads + threadIdx.x and then every gridDim.y * kThreads-th. (Two chunks per thread, both loaded
 // before either is stored, took 35.8 against 28.9 us at 4x16x2048x128: H200, kernel time from the profiler.)
-__global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionParams p, __half* k_out, __half* v_out) {
+// Block (0, 0, 0) also zeroes the counters of the heads left to the grid.
+__global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionParams p, const KvDecodePlan plan) {
   allow_next_grid_launch();
   // Before any access: the kernel before may still be writing the codes, or reading the copies of the previous
   // call, whose workspace the allocator may have handed to this one.
   wait_for_previous_grids();
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+    for (int head = plan.prefix_heads + threadIdx.x; head < plan.heads; head += kThreads) {
+      plan.decoded_chunks[head] = 0;
+    }
+  }
   const bool is_v = blockIdx.z == 1;
   const int batch = blockIdx.x / p.heads_kv, head = blockIdx.x % p.heads_kv;
   const uint8_t* src = (is_v ? p.v : p.k) + batch * (is_v ? p.v_batch_stride : p.k_batch_stride) +
                        head * (is_v ? p.v_head_stride : p.k_head_stride);
   const int64_t row_stride = is_v ? p.v_row_stride : p.k_row_stride;
   const int64_t head_elements = static_cast<int64_t>(p.seqlen_k) * p.head_dim;
-  uint4* dst = reinterpret_cast<uint4*>((is_v ? v_out : k_out) + blockIdx.x * head_elements);
+  uint4* dst = reinterpret_cast<uint4*>((is_v ? plan.v_halves : plan.k_halves) + blockIdx.x * head_elements);
   const int chunks_per_row = p.head_dim / 16, chunks = p.seqlen_k * chunks_per_row;
   for (int chunk = blockIdx.y * kThreads + threadIdx.x; chunk < chunks; chunk += gridDim.y * kThreads) {
     const int row = chunk / chunks_per_row, col = chunk % chunks_per_row * 16;
@@ -40,11 +47,35 @@ __global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionPar
 
 }  // namespace
 
-cudaError_t launch_kv_to_half(const AttentionParams& p, __half* k_out, __half* v_out, cudaStream_t stream) {
+int64_t kv_decode_workspace_bytes(const AttentionParams& p) {
+  const int64_t heads = static_cast<int64_t>(p.batch) * p.heads_kv;
+  return 2 * heads * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(__half)) + heads * sizeof(unsigned);
+}
+
+KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int chunk_rows, int resident_blocks) {
+  KvDecodePlan plan;
+  plan.heads = p.batch * p.heads_kv;
+  const int64_t copy_elements = static_cast<int64_t>(plan.heads) * p.seqlen_k * p.head_dim;
+  plan.k_halves = static_cast<__half*>(p.workspace);
+  plan.v_halves = plan.k_halves + copy_elements;
+  plan.decoded_chunks = reinterpret_cast<unsigned*>(plan.v_halves + copy_elements);
+  plan.blocks_per_head = blocks_per_head;
+  plan.chunks_per_head = 2 * ((p.seqlen_k + chunk_rows - 1) / chunk_rows);
+  plan.lookahead_blocks = std::max(resident_blocks, blocks_per_head);
+  const int64_t heads_before_lookahead =
+      (static_cast<int64_t>(plan.lookahead_blocks) + blocks_per_head - 1) / blocks_per_head;
+  plan.chunks_per_share = (plan.chunks_per_head + blocks_per_head - 1) / blocks_per_head;
+  const bool in_grid =
+      !p.is_causal && static_cast<int64_t>(blocks_per_head) * plan.chunks_per_share < (int64_t{1} << 31);
+  plan.prefix_heads = in_grid ? static_cast<int>(std::min<int64_t>(plan.heads, heads_before_lookahead)) : plan.heads;
+  return plan;
+}
+
+cudaError_t launch_kv_to_half(const AttentionParams& p, const KvDecodePlan& plan, cudaStream_t stream) {
   const int chunks = p.seqlen_k * (p.head_dim / 16);
   const int blocks_per_head = std::min((chunks + kThreads - 1) / kThreads, kMaxBlocksPerHead);
-  const dim3 grid(static_cast<unsigned>(p.batch * p.heads_kv), static_cast<unsigned>(blocks_per_head), 2);
-  return launch_overlapping(p.overlap_launch, kv_to_half_kernel, grid, kThreads, 0, stream, p, k_out, v_out);
+  const dim3 grid(static_cast<unsigned>(plan.prefix_heads), static_cast<unsigned>(blocks_per_head), 2);
+  return launch_overlapping(p.overlap_launch, kv_to_half_kernel, grid, kThreads, 0, stream, p, plan);
 }
 
 }  // namespace sdpa

@@ -39,6 +39,18 @@ __device__ __forceinline__ void allow_next_grid_launch() {
 #endif
 }
 
+// A counter in global memory that blocks of one grid hand work over with: the writer adds with release semantics
+// (its earlier writes, and those of the threads it synchronized with, become visible first), the reader loads
+// with acquire semantics (what it reads after sees them).
+__device__ __forceinline__ void add_release_gpu(unsigned* counter, unsigned value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* counter) {
+  unsigned value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(counter) : "memory");
+  return value;
+}
+
 // Named barriers: `count` threads (a multiple of 32) take part; id 0 is __syncthreads'.
 __device__ __forceinline__ void barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
