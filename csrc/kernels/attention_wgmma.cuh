@@ -56,16 +56,23 @@ struct WgmmaConfig {
   // producers to decode (`wgmma+predecode`).
   static constexpr bool kPredecoded = kPredecoded_;
   static_assert(!(kPredecoded && kFp8Scores), "the fp8 scores read K codes");
-  // Ring depth: the producer refills a slot while the consumers work through the other two. At D = 128 the fp16
-  // K of `wgmma` halves the key tile to fit: 145 KB of the 227 KB a block may have, 289 KB with 128 keys
-  // (wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB).
+  // Ring depth: the producer refills a slot while the consumers work through the other two. Slots of codes and
+  // fp16 tiles of 128 keys would take 289 KB of the 227 KB a block may have at D = 128 with fp16 K (`wgmma`);
+  // there the codes have a slot of their own that the producers decode from into a ring of fp16 K and V
+  // (kSplitRings, 225 KB). Before, 64-key slots of both (145 KB): H200, graph us, same run, 64 / 128 keys:
+  // 147.2 / 146.2 and 147.8 / 145.5 at causal 4x16x2048x128, 243.0 / 238.5 at 4x16x2048x128, 872.1 / 831.8 at
+  // 1x16x8192x128, 61.4 / 59.7 at 1x16x2048x128, 69.8 / 69.6 at 4x16x1024x128 (causal 49.6 / 50.4). At D = 64
+  // one code slot was slower (168.8 / 172.8 at 4x16x2048x64): the producers then wait for each copy.
+  // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = 2;
   static constexpr int kBlockM = 64 * kConsumerGroups;
-  static constexpr int kBlockN = !kFp8Scores && !kPredecoded && kHeadDim == 128 ? 64 : 128;
+  static constexpr int kBlockN = 128;
+  static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
   // Predecoded at D = 128 the consumers keep Q as codes and convert it at every tile: with its fp16 fragments
   // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
-  // 204.8 us at 4x16x2048x128 (H200, kernel time without the decode pass).
+  // 204.8 us at 4x16x2048x128 (H200, kernel time without the decode pass). (`wgmma` at D = 128 holds fp16 Q: with
+  // codes its batch issue held both and spilled 40 bytes at 232.)
   static constexpr bool kQCodesForHalves = kPredecoded && kHeadDim == 128;
   // `wgmma` exponentiates S in place and packs P into the A fragments of P V only once the previous P V is done
   // (FragmentRows::exponentials; a guessed row max that fails recomputes S from the fp16 K tile, which stays in
@@ -82,7 +89,8 @@ struct WgmmaConfig {
   static constexpr int kCodeTileBytes = kPredecoded ? 0 : kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
-  static constexpr int kSlotBytes = 2 * kCodeTileBytes + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
+  static constexpr int kSlotBytes = (kSplitRings ? 0 : 2 * kCodeTileBytes) + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
+  static constexpr int kRingBytes = (kSplitRings ? 2 * kCodeTileBytes : 0) + kStages * kSlotBytes;
   // Rows per batch of the producers' decode (decode_tile). H200, graph us at 4x16x2048x128 / 1x16x8192x128,
   // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
   // 232 / 802 with one, 241 / 867 with 4.
@@ -93,7 +101,7 @@ struct WgmmaConfig {
   // An mbarrier per slot and per decode-ahead buffer, and the DecodeAheadJob.
   static constexpr int kBarrierBytes = 8 * (kStages + 2) + sizeof(DecodeAheadJob);
   static constexpr int kSmemBytes =
-      1024 + kStages * kSlotBytes + 2 * kAheadBufferBytes + kBarrierBytes;  // + aligning the base
+      1024 + kRingBytes + 2 * kAheadBufferBytes + kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer.
   static constexpr int kConsumerRegisters = kPredecoded ? 240 : 232, kProducerRegisters = kPredecoded ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
@@ -125,13 +133,14 @@ template <class Cfg>
 struct WgmmaSmem {
   uint8_t* base;  // 1024-byte aligned
 
-  __device__ uint8_t* k_codes(int slot) const { return base + slot * Cfg::kSlotBytes; }
+  __device__ uint8_t* k_codes(int slot) const { return base + (Cfg::kSplitRings ? 0 : slot * Cfg::kSlotBytes); }
   __device__ uint8_t* v_codes(int slot) const { return k_codes(slot) + Cfg::kCodeTileBytes; }
   __device__ __half* v_halves(int slot) const {
-    return reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
+    return Cfg::kSplitRings ? reinterpret_cast<__half*>(base + 2 * Cfg::kCodeTileBytes + slot * Cfg::kSlotBytes)
+                            : reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
   }
   __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
-  __device__ uint8_t* ahead_codes() const { return k_codes(Cfg::kStages); }  // two buffers
+  __device__ uint8_t* ahead_codes() const { return base + Cfg::kRingBytes; }  // two buffers
   __device__ uint64_t* tile_loaded(int slot) const {
     return reinterpret_cast<uint64_t*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes) + slot;
   }
@@ -147,6 +156,8 @@ struct WgmmaSmem {
 //   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
 //   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
 //   DECODE_AHEAD       predecoded, the three producer warps that decode ahead (kv_decode_ahead.cuh)
+// With kSplitRings the consumers never read codes: CODES_FREE(0) is the producers' own barrier before they refill
+// the code slot.
 // Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
 template <class Cfg>
 struct WgmmaBarriers {
@@ -249,6 +260,34 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
     // every producer has decoded them (they all take part in this barrier).
     if (Bars::refilled(tile - 1, tiles)) barrier_sync(Bars::codes_free((tile - 1) % Cfg::kStages), Cfg::kThreads);
     issue(tile + Cfg::kStages - 1);
+  }
+}
+
+// kSplitRings: one code slot. The copy of tile t + 1's codes starts once every producer has decoded tile t.
+template <class Cfg>
+__device__ __forceinline__ void produce_tiles_split(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
+                                                    const HeadCoords& c, int tiles) {
+  using Bars = WgmmaBarriers<Cfg>;
+  constexpr int kN = Cfg::kBlockN;
+  const int tid = threadIdx.x - Cfg::kConsumerThreads;
+  auto issue = [&](int tile) {
+    if (tid == 0 && tile < tiles) {
+      mbarrier_arrive_expect_bytes(smem.tile_loaded(0), 2 * Cfg::kCodeTileBytes);
+      tma_load_4d(smem.k_codes(0), maps.k, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(0));
+      tma_load_4d(smem.v_codes(0), maps.v, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(0));
+    }
+  };
+  issue(0);
+  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
+    mbarrier_wait(smem.tile_loaded(0), tile % 2);
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
+    decode_tile<Cfg, kN>(smem.v_codes(0), smem.v_halves(slot), tid);
+    decode_tile<Cfg, kN>(smem.k_codes(0), smem.k_halves(slot), tid);
+    fence_proxy_async();
+    barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
+    barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
+    barrier_sync(Bars::codes_free(0), Cfg::kProducerThreads);  // every producer is done reading the codes
+    issue(tile + 1);
   }
 }
 
@@ -400,7 +439,9 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   };
   // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (not predecoded: no codes).
   auto free_codes = [&](int tile, int slot) {
-    if (!Cfg::kPredecoded && Bars::refilled(tile, tiles)) barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+    if (!Cfg::kPredecoded && !Cfg::kSplitRings && Bars::refilled(tile, tiles)) {
+      barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+    }
   };
   auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
   auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
@@ -446,7 +487,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       rescale_rows(w.o, correction);
     };
     if constexpr (Cfg::kLatePack) {
-      w.exponentials(s, tile * kN, p, lane, correction,
+      w.exponentials(s, tile * kN, p, correction,
                      [&](float (&raw)[kN / 8][4]) { w.recompute_scores(raw, smem, slot, lane); });
       finish_output();
       pack_probabilities(s, a);
@@ -494,6 +535,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             maps.plan, maps.k_codes, maps.v_codes, p.heads_kv, p.seqlen_k, smem.ahead_codes(), smem.ahead_loaded(),
             smem.ahead_job(), tid - 32);
       }
+    } else if constexpr (Cfg::kSplitRings) {
+      produce_tiles_split<Cfg>(smem, maps, c, tiles);
     } else {
       produce_tiles<Cfg>(smem, maps, c, tiles);
     }

@@ -251,10 +251,10 @@ struct FragmentRows {
   // correction before the next P V adds to it. The row max is guessed as in online_softmax_scores; when the guess
   // fails the exponentials have replaced the scores, so recompute(s) must write the raw scores again.
   template <int kNTiles, class Recompute>
-  __device__ void exponentials(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
-                               float (&correction)[2], Recompute recompute) {
+  __device__ void exponentials(float (&s)[kNTiles][4], int key0, const AttentionParams& p, float (&correction)[2],
+                               Recompute recompute) {
     const bool masked = tile_needs_mask(p, key0, kNTiles * 8, first_row);
-    if (masked) mask_tile(s, row, key0, p, lane);
+    if (masked) mask_tile(s, row, key0, p, lane_now());
     float offset[2], tile_sum[2];
     correction[0] = correction[1] = 1.0f;
     if (__all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
@@ -267,7 +267,7 @@ struct FragmentRows {
         return;
       }
       recompute(s);
-      if (masked) mask_tile(s, row, key0, p, lane);
+      if (masked) mask_tile(s, row, key0, p, lane_now());
     }
     take_row_max(s, softmax, score_scale, offset, correction);
     exponentiate_in_place(s, score_scale, offset, tile_sum);

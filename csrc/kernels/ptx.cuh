@@ -51,6 +51,14 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* counter) {
   return value;
 }
 
+// This thread's lane, read afresh where it is used: ptxas cannot keep it in a register across a loop. For the
+// masked tiles of `wgmma` at D = 128 it spilled the lane's key offset instead (8 bytes, nvcc 13.0).
+__device__ __forceinline__ int lane_now() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
+}
+
 // Named barriers: `count` threads (a multiple of 32) take part; id 0 is __syncthreads'.
 __device__ __forceinline__ void barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
