@@ -157,7 +157,7 @@ struct WgmmaSmem {
 //   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
 //   DECODE_AHEAD       predecoded, the three producer warps that decode ahead (kv_decode_ahead.cuh)
 // With kSplitRings the consumers never read codes: CODES_FREE(0) is the producers' own barrier before they refill
-// the code slot.
+// the one code slot.
 // Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
 template <class Cfg>
 struct WgmmaBarriers {
@@ -220,74 +220,52 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
   }
 }
 
-// The producer warpgroup: per tile the K and V codes by TMA (kStages - 1 tiles ahead), decoded to fp16. Code slots
-// are refilled once the consumers' Q K^T of their previous tile is done, fp16 V slots once its P V is done (two
-// tiles later in the consumers' pipeline).
+// The producer warpgroup: per tile the K and V codes by TMA, decoded to fp16. With a slot of codes per fp16 slot
+// the copies run kStages - 1 tiles ahead and a code slot is refilled once the consumers' Q K^T of its tile is done
+// (wgmma_fp8 reads the K codes), so the copy into it starts after the next tile is decoded; with kSplitRings the
+// one code slot is refilled as soon as every producer has decoded it. fp16 slots are refilled once the P V of
+// their tile is done (two tiles later in the consumers' pipeline).
 // The decode costs: without the V decode (wrong results, timing only) `wgmma` took 223.5 against 252.8 us at
-// 4x16x2048x128 and 811.8 against 910.4 at 1x16x8192x128 (H200, one run), though the consumers hardly wait for
-// FULL (ncu) and shared memory is not saturated (LSU wavefronts 51%, with wgmma's operand reads). Loading the codes
-// straight into producer registers a tile ahead instead (no TMA copy, no shared-memory reads of codes; consumers
-// at 208-224 registers to make room) was slower: 205.2 / 275.5 / 988.2 against 175.0 / 252.3 / 905.2 us at
-// 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128, wgmma_fp8 236.0 against 194.5 at 4x16x2048x128 (same run).
+// 4x16x2048x128 and 811.8 against 910.4 at 1x16x8192x128 (H200, one run; 64-key tiles then), though the consumers
+// hardly wait for FULL (ncu) and shared memory is not saturated (LSU wavefronts 51%, with wgmma's operand reads).
+// Loading the codes straight into producer registers a tile ahead instead (no TMA copy, no shared-memory reads of
+// codes; consumers at 208-224 registers to make room) was slower: 205.2 / 275.5 / 988.2 against 175.0 / 252.3 /
+// 905.2 us at 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128, wgmma_fp8 236.0 against 194.5 at 4x16x2048x128.
 template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
                                               int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN;
+  constexpr int kN = Cfg::kBlockN, kCodeSlots = Cfg::kSplitRings ? 1 : Cfg::kStages;
+  constexpr int kConsumersReadCodes = Cfg::kSplitRings ? 0 : 1;  // the tiles a code slot stays busy after decoding
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
   auto issue = [&](int tile) {
     if (elected && tile < tiles) {
-      const int slot = tile % Cfg::kStages;
+      const int slot = tile % kCodeSlots;
       mbarrier_arrive_expect_bytes(smem.tile_loaded(slot), 2 * Cfg::kCodeTileBytes);
       tma_load_4d(smem.k_codes(slot), maps.k, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(slot));
       tma_load_4d(smem.v_codes(slot), maps.v, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(slot));
     }
   };
 #pragma unroll
-  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(t);
+  for (int t = 0; t < kCodeSlots - kConsumersReadCodes; ++t) issue(t);
 
   for (int tile = 0; tile < tiles; ++tile) {
-    const int slot = tile % Cfg::kStages;
-    mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
+    const int slot = tile % Cfg::kStages, code_slot = tile % kCodeSlots;
+    mbarrier_wait(smem.tile_loaded(code_slot), tile / kCodeSlots % 2);
     if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
-    decode_tile<Cfg, kN>(smem.v_codes(slot), smem.v_halves(slot), tid);
-    if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(slot), smem.k_halves(slot), tid);
+    decode_tile<Cfg, kN>(smem.v_codes(code_slot), smem.v_halves(slot), tid);
+    if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(code_slot), smem.k_halves(slot), tid);
     fence_proxy_async();  // this thread's st.shared of the fp16 tiles before wgmma reads them
     barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
     barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
-    // The next copy overwrites the codes of tile - 1: its K once the consumers are done with it, its V codes once
-    // every producer has decoded them (they all take part in this barrier).
-    if (Bars::refilled(tile - 1, tiles)) barrier_sync(Bars::codes_free((tile - 1) % Cfg::kStages), Cfg::kThreads);
-    issue(tile + Cfg::kStages - 1);
-  }
-}
-
-// kSplitRings: one code slot. The copy of tile t + 1's codes starts once every producer has decoded tile t.
-template <class Cfg>
-__device__ __forceinline__ void produce_tiles_split(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
-                                                    const HeadCoords& c, int tiles) {
-  using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN;
-  const int tid = threadIdx.x - Cfg::kConsumerThreads;
-  auto issue = [&](int tile) {
-    if (tid == 0 && tile < tiles) {
-      mbarrier_arrive_expect_bytes(smem.tile_loaded(0), 2 * Cfg::kCodeTileBytes);
-      tma_load_4d(smem.k_codes(0), maps.k, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(0));
-      tma_load_4d(smem.v_codes(0), maps.v, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(0));
+    // The next copy overwrites the codes of tile `freed`: its K once the consumers are done with it, its V codes
+    // (and with kSplitRings its K) once every producer has decoded them (they all take part in this barrier).
+    const int freed = tile - kConsumersReadCodes;
+    if (freed >= 0 && freed + kCodeSlots < tiles) {
+      barrier_sync(Bars::codes_free(freed % kCodeSlots), kConsumersReadCodes ? Cfg::kThreads : Cfg::kProducerThreads);
     }
-  };
-  issue(0);
-  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
-    mbarrier_wait(smem.tile_loaded(0), tile % 2);
-    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
-    decode_tile<Cfg, kN>(smem.v_codes(0), smem.v_halves(slot), tid);
-    decode_tile<Cfg, kN>(smem.k_codes(0), smem.k_halves(slot), tid);
-    fence_proxy_async();
-    barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
-    barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
-    barrier_sync(Bars::codes_free(0), Cfg::kProducerThreads);  // every producer is done reading the codes
-    issue(tile + 1);
+    issue(freed + kCodeSlots);
   }
 }
 
@@ -535,8 +513,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             maps.plan, maps.k_codes, maps.v_codes, p.heads_kv, p.seqlen_k, smem.ahead_codes(), smem.ahead_loaded(),
             smem.ahead_job(), tid - 32);
       }
-    } else if constexpr (Cfg::kSplitRings) {
-      produce_tiles_split<Cfg>(smem, maps, c, tiles);
     } else {
       produce_tiles<Cfg>(smem, maps, c, tiles);
     }
