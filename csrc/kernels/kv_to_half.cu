@@ -45,20 +45,28 @@ __global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionPar
   }
 }
 
+// The workspace of a call: the fp16 copy of K, then V's, then a counter per kv head.
+struct KvWorkspace {
+  int64_t heads, copy_elements;
+  explicit KvWorkspace(const AttentionParams& p)
+      : heads(static_cast<int64_t>(p.batch) * p.heads_kv), copy_elements(heads * p.seqlen_k * p.head_dim) {}
+  int64_t bytes() const { return 2 * copy_elements * static_cast<int64_t>(sizeof(__half)) + heads * sizeof(unsigned); }
+  __half* k_halves(void* base) const { return static_cast<__half*>(base); }
+  __half* v_halves(void* base) const { return k_halves(base) + copy_elements; }
+  unsigned* counters(void* base) const { return reinterpret_cast<unsigned*>(v_halves(base) + copy_elements); }
+};
+
 }  // namespace
 
-int64_t kv_decode_workspace_bytes(const AttentionParams& p) {
-  const int64_t heads = static_cast<int64_t>(p.batch) * p.heads_kv;
-  return 2 * heads * p.seqlen_k * p.head_dim * static_cast<int64_t>(sizeof(__half)) + heads * sizeof(unsigned);
-}
+int64_t kv_decode_workspace_bytes(const AttentionParams& p) { return KvWorkspace(p).bytes(); }
 
 KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int chunk_rows, int resident_blocks) {
+  const KvWorkspace workspace(p);
   KvDecodePlan plan;
   plan.heads = p.batch * p.heads_kv;
-  const int64_t copy_elements = static_cast<int64_t>(plan.heads) * p.seqlen_k * p.head_dim;
-  plan.k_halves = static_cast<__half*>(p.workspace);
-  plan.v_halves = plan.k_halves + copy_elements;
-  plan.decoded_chunks = reinterpret_cast<unsigned*>(plan.v_halves + copy_elements);
+  plan.k_halves = workspace.k_halves(p.workspace);
+  plan.v_halves = workspace.v_halves(p.workspace);
+  plan.decoded_chunks = workspace.counters(p.workspace);
   plan.blocks_per_head = blocks_per_head;
   plan.chunks_per_head = 2 * ((p.seqlen_k + chunk_rows - 1) / chunk_rows);
   plan.lookahead_blocks = std::max(resident_blocks, blocks_per_head);
