@@ -63,7 +63,7 @@ int64_t kv_decode_workspace_bytes(const AttentionParams& p) { return KvWorkspace
 KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int chunk_rows, int resident_blocks) {
   const KvWorkspace workspace(p);
   KvDecodePlan plan;
-  plan.heads = p.batch * p.heads_kv;
+  plan.heads = static_cast<int>(workspace.heads);
   plan.k_halves = workspace.k_halves(p.workspace);
   plan.v_halves = workspace.v_halves(p.workspace);
   plan.decoded_chunks = workspace.counters(p.workspace);
