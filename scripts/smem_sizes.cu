@@ -36,6 +36,7 @@ void print_sizes() {
       {"fp8_split", Fp8SplitConfig<kHeadDim, 2, 4>::kSmemBytes},
       {"wgmma", WgmmaConfig<kHeadDim, false>::kSmemBytes},
       {"wgmma+predecode", WgmmaConfig<kHeadDim, false, true>::kSmemBytes},
+      {"wgmma_m192", WgmmaConfig<kHeadDim, false, false, kHeadDim == 64 ? 3 : 2>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);

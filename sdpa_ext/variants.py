@@ -71,6 +71,11 @@ _VARIANTS = (
             "run fp16 wgmma for QK^T (fp32 sums), the register softmax (guessing that the row max stays) while the "
             "previous tile's fp16 wgmma PV (P from registers) still runs, taking turns on the tensor cores",
             archs=HOPPER_ARCHS, aligned_rows=True),
+    Variant("wgmma_m192", 7, "full", (), "wgmma with 192-row query tiles at D = 64: three consumer warpgroups "
+            "(no turns; 160 registers each, so Q is an fp16 tile in shared memory that wgmma reads), and the last "
+            "wave's query tiles split into 64-row units whose three groups share the keys and merge at the end; "
+            "at D = 128 the `wgmma` kernel (three groups do not fit its registers)",
+            archs=HOPPER_ARCHS, aligned_rows=True),
     Variant("wgmma_fp8", 7, "fast", (), "wgmma with e4m3 wgmma for QK^T straight on the codes (Q codes in "
             "registers, only V decoded); fast tier because the Hopper FP8 tensor cores sum QK^T with about 14 "
             "significant bits (lse off by up to 1.0e-3 at |lse| < 4, 1.5 at |lse| ~ 4000, and 1.2e-3 of |lse| where "

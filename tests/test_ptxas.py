@@ -23,8 +23,9 @@ def test_every_arch_builds_every_attention_kernel(kernels):
 
     for arch in ptxas_report.DEFAULT_ARCHS:
         attention = {k.kernel for k in kernels if k.arch == arch and k.kernel.startswith("void attention_")}
-        # One instantiation per built variant, head dim (64, 128) and output type (fp16, bf16).
-        assert len(attention) == 4 * len(sdpa_ext.variant_names()), (arch, sorted(attention))
+        # One instantiation per built variant, head dim (64, 128) and output type (fp16, bf16); at D = 128
+        # wgmma_m192 launches wgmma's kernels.
+        assert len(attention) == 4 * len(sdpa_ext.variant_names()) - 2, (arch, sorted(attention))
 
 
 def test_no_spills_and_register_budget(kernels):

@@ -38,6 +38,7 @@ constexpr VariantEntry kVariants[] = {
     {"fp8_split", &launch_fp8_split, true, 89, 0, false},
     {"wgmma", &launch_wgmma, true, 90, 90, true},
     {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, true},
+    {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
@@ -78,13 +79,28 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // 21.8 / 18.9, 2048 42.4 / 38.1, 4096 124.0 / 131.9, 2x16x2048x128 82.2 / 75.2, 4x16x2048x128 170.0 / 147.3. At
 // D = 64 it loses everywhere (4x16x2048x64 175.2 / 168.6, 1x16x8192x64 610.2 / 571.8, causal 118.7 / 103.4 and
 // 329.5 / 301.5): there the attention kernel alone gained 2 us without the decode.
+// At D = 64 `wgmma_m192` (192-row blocks, three consumer groups, the last wave split) is ~15% faster per row in
+// the loop, but each block's fixed work grows with its rows (a fit over grids of whole waves on an H200: 1.41 us
+// per 128-key round and 5.3-5.6 us per block, against 1.10 and 3.7 us for `wgmma`), so it pays with long keys and
+// several waves. Graph us, `wgmma` / `wgmma_m192`, H200, 2026-11-21, one run: non-causal 1x16x2048x64 (176 blocks
+// of 192 rows) 42.8 / 43.5, 2x16x2048x64 (352) 83.7 / 82.8, 1x16x4096x64 (352) 151.3 / 149.5, 4x16x2048x64 (704)
+// 167-168 / 154, 1x16x8192x64 (688) 572-578 / 518-522, 4x16x1024x64 49.0 / 49.3, 8x16x1024x64 98.5 / 98.0;
+// causal 4x16x2048x64 103 / 103-104, 1x16x4096x64 84.5 / 87.1, 2x16x4096x64 (704) 167.2 / 162.4, 1x16x8192x64
+// 300-301 / 276-277, 2x16x2048x64 51.4 / 53.4, 8x16x1024x64 67.5 / 75.9. (132 SMs: 264 blocks are two waves.)
+bool three_groups_pay(const AttentionParams& p) {
+  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 191) / 192);
+  return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && blocks >= 528 : p.seqlen_k >= 2048 && blocks >= 264);
+}
+
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
   return p.head_dim == 128 && (p.is_causal ? rows_per_kv_head / 2 : rows_per_kv_head) >= 2048;
 }
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (sm == 90 && p.seqlen_k >= 1024) return predecode_pays(p) ? "wgmma+predecode" : "wgmma";
+  if (sm == 90 && p.seqlen_k >= 1024) {
+    return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p) ? "wgmma_m192" : "wgmma";
+  }
   const int64_t blocks_of_64_rows = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 63) / 64);
   if (sm >= 89 && blocks_of_64_rows <= 128) return "fp8_split";
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
@@ -145,7 +161,8 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // The fast tier swaps in `wgmma_fp8` wherever auto takes `wgmma` or `wgmma+predecode` (same archs and input
 // requirements; H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128 917.5 against 1441.0 us,
 // 4x16x2048x64 214.9 against 228.2 us; at 1x16x8192x128 `wgmma_fp8` 738.2 against 744.1 us for
-// `wgmma+predecode`).
+// `wgmma+predecode`). Where auto takes `wgmma_m192` it keeps it: 154 against 163.7 us for `wgmma_fp8` at
+// 4x16x2048x64.
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
   const bool full_tier_wgmma =

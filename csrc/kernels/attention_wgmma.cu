@@ -102,6 +102,13 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
   return err;
 }
 
+int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n) {
+  const int sms = resident_wgmma_blocks();
+  const int64_t last_wave = sms > 0 ? blocks % sms : 0;
+  const bool split = !p.is_causal && (p.seqlen_k + block_n - 1) / block_n >= groups && last_wave * groups <= sms;
+  return split ? blocks - last_wave : blocks;
+}
+
 cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<false, false>>(p, s);
 }
@@ -110,6 +117,9 @@ cudaError_t launch_wgmma_predecode(const AttentionParams& p, cudaStream_t s) {
 }
 cudaError_t launch_wgmma_fp8(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<true, false>>(p, s);
+}
+cudaError_t launch_wgmma_m192(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<false, false, 3>>(p, s);
 }
 
 }  // namespace sdpa

@@ -11,6 +11,9 @@
 //              heads and, not causal, the other three producer warps decode the rest ahead of the blocks that read
 //              them (kv_decode_ahead.cuh): 5.9 us of pass and 210.1 of attention there, against 28.8 us for a pass
 //              over every head. It pays where a kv head has many query rows (attention_dispatch.cu).
+//   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
+//              shared memory, and the last wave split (WgmmaJob): 4x16x2048x64 154 against 167-168 us, 1x16x8192x64
+//              518-522 against 572-578 (H200, same runs).
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -48,7 +51,7 @@
 
 namespace sdpa {
 
-template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false>
+template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false, int kConsumerGroups_ = 2>
 struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kFp8Scores = kFp8Scores_;
@@ -65,7 +68,17 @@ struct WgmmaConfig {
   // one code slot was slower (168.8 / 172.8 at 4x16x2048x64): the producers then wait for each copy.
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kStages = 3;
-  static constexpr int kConsumerGroups = 2;
+  static constexpr int kConsumerGroups = kConsumerGroups_;
+  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded),
+                "three consumer groups: `wgmma` at D = 64");
+  // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short), no turns (the named
+  // barriers run out), and the last wave's blocks split into units of 64 rows whose keys the groups share. At 160
+  // registers the consumers fit only with the guessed row max (the exact max first: 169 against 154 us at
+  // 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers at 32 decode 2 rows per batch (4
+  // spilled 4 bytes).
+  static constexpr bool kTurns = kConsumerGroups == 2;
+  static constexpr bool kQInSmem = kConsumerGroups == 3;
+  static constexpr bool kSplitTail = kConsumerGroups == 3;
   static constexpr int kBlockM = 64 * kConsumerGroups;
   static constexpr int kBlockN = 128;
   static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
@@ -94,16 +107,22 @@ struct WgmmaConfig {
   // Rows per batch of the producers' decode (decode_tile). H200, graph us at 4x16x2048x128 / 1x16x8192x128,
   // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
   // 232 / 802 with one, 241 / 867 with 4.
-  static constexpr int kDecodeBatch = kFp8Scores ? 1 : 4;
+  static constexpr int kDecodeBatch = kFp8Scores ? 1 : kConsumerGroups == 3 ? 2 : 4;
   // Predecoded: two buffers of a code tile for the producers' decode ahead (kv_decode_ahead.cuh); 225 KB in all
   // at D = 128.
   static constexpr int kAheadBufferBytes = kPredecoded ? kBlockN * kHeadDim : 0;
   // An mbarrier per slot and per decode-ahead buffer, and the DecodeAheadJob.
   static constexpr int kBarrierBytes = 8 * (kStages + 2) + sizeof(DecodeAheadJob);
-  static constexpr int kSmemBytes =
-      1024 + kRingBytes + 2 * kAheadBufferBytes + kBarrierBytes;  // + aligning the base
-  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer.
-  static constexpr int kConsumerRegisters = kPredecoded ? 240 : 232, kProducerRegisters = kPredecoded ? 24 : 40;
+  static constexpr int kQTileBytes = kQInSmem ? kBlockM * kHeadDim * 2 : 0;
+  // A split unit's groups 1 and 2 leave their O, row max and row sums (kPartialFloats per lane) for group 0.
+  static constexpr int kPartialFloats = kHeadDim / 2 + 4;
+  static constexpr int kPartialBytes = kSplitTail ? (kConsumerGroups - 1) * 128 * kPartialFloats * 4 : 0;
+  static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kAheadBufferBytes + kQTileBytes + kPartialBytes +
+                                    kBarrierBytes;  // + aligning the base
+  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer. Three
+  // groups: 384 x 160 + 128 x 32 = 65536.
+  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160 : kPredecoded ? 240 : 232;
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
@@ -141,39 +160,72 @@ struct WgmmaSmem {
   }
   __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
   __device__ uint8_t* ahead_codes() const { return base + Cfg::kRingBytes; }  // two buffers
+  __device__ __half* q_halves() const {
+    return reinterpret_cast<__half*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes);
+  }
+  __device__ float* partials() const { return reinterpret_cast<float*>(q_halves() + Cfg::kQTileBytes / 2); }
   __device__ uint64_t* tile_loaded(int slot) const {
-    return reinterpret_cast<uint64_t*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes) + slot;
+    return reinterpret_cast<uint64_t*>(partials() + Cfg::kPartialBytes / 4) + slot;
   }
   __device__ uint64_t* ahead_loaded() const { return tile_loaded(Cfg::kStages); }  // two mbarriers
   __device__ DecodeAheadJob* ahead_job() const { return reinterpret_cast<DecodeAheadJob*>(ahead_loaded() + 2); }
 };
 
-// Named barriers (id 0 is __syncthreads'):
-//   FULL(slot, group)  the producers arrive, consumer warpgroup `group` waits: one per group, so that the two
-//                      groups need not meet at every tile (they run half a tile apart, see TURN)
-//   CODES_FREE(slot)   both groups arrive once Q K^T of the slot's tile is done: its K (and the codes the
+// Named barriers (id 0 is __syncthreads', then the consumers' after decode_q_tile and before a split unit's merge):
+//   FULL(slot, group)  the producers arrive, consumer warpgroup `group` waits: one per group, so that the
+//                      groups need not meet at every tile (two run half a tile apart, see TURN)
+//   CODES_FREE(slot)   the groups arrive once Q K^T of the slot's tile is done: its K (and the codes the
 //                      producers already decoded) may be overwritten
-//   HALVES_FREE(slot)  both groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
-//   TURN(group)        the other group arrives when `group` may issue its next wgmma batch
+//   HALVES_FREE(slot)  the groups arrive once P V of the slot's tile is done: its fp16 V may be overwritten
+//   TURN(group)        two groups: the other group arrives when `group` may issue its next wgmma batch
 //   DECODE_AHEAD       predecoded, the three producer warps that decode ahead (kv_decode_ahead.cuh)
+// In a split unit (kSplitTail) only the group that takes the tile waits for FULL and arrives at CODES_FREE and
+// HALVES_FREE.
 // With kSplitRings the consumers never read codes: CODES_FREE(0) is the producers' own barrier before they refill
 // the one code slot.
 // Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
 template <class Cfg>
 struct WgmmaBarriers {
-  __device__ static int full(int slot, int group) { return 1 + 2 * slot + group; }
-  __device__ static int codes_free(int slot) { return 1 + 2 * Cfg::kStages + slot; }
-  __device__ static int halves_free(int slot) { return 1 + 3 * Cfg::kStages + slot; }
-  __device__ static int turn(int group) { return 1 + 4 * Cfg::kStages + group; }
-  static constexpr int kDecodeAhead = 1 + 4 * Cfg::kStages + 2;
+  static constexpr int kGroups = Cfg::kConsumerGroups;
+  __device__ static int full(int slot, int group) { return 1 + kGroups * slot + group; }
+  __device__ static int codes_free(int slot) { return 1 + kGroups * Cfg::kStages + slot; }
+  __device__ static int halves_free(int slot) { return 1 + (kGroups + 1) * Cfg::kStages + slot; }
+  __device__ static int turn(int group) { return 1 + (kGroups + 2) * Cfg::kStages + group; }
+  static constexpr int kDecodeAhead = 1 + (kGroups + 2) * Cfg::kStages + (Cfg::kTurns ? kGroups : 0);
   static constexpr int kGroupPair = Cfg::kProducerThreads + 128;  // FULL and TURN: 128 + 128 threads
-  // HALVES_FREE's threads: the consumers and every producer, which decode into the slot; predecoded, the one
-  // producer warp that starts the copies.
-  static constexpr int kSlotUsers = Cfg::kConsumerThreads + (Cfg::kPredecoded ? 32 : Cfg::kProducerThreads);
-  static_assert(kDecodeAhead < 16, "16 named barriers per block");
+  // HALVES_FREE's threads: the consumers that read the slot's tiles and every producer, which decode into the
+  // slot; predecoded, the one producer warp that starts the copies.
+  __device__ static int slot_users(int consumers) {
+    return consumers + (Cfg::kPredecoded ? 32 : Cfg::kProducerThreads);
+  }
+  static_assert(kDecodeAhead + (Cfg::kPredecoded ? 1 : 0) <= 16, "16 named barriers per block");
   // Whether the consumers must free tile t's slot: the producers wait only for the slots they refill.
   __device__ static bool refilled(int tile, int tiles) { return tile >= 0 && tile + Cfg::kStages < tiles; }
 };
+
+// The query rows of a block: a tile of kBlockM rows, 64 per consumer group, or in a split unit (kSplitTail) 64
+// rows whose key tiles the groups share, tile t going to group t % kConsumerGroups (and so always to the same
+// slot).
+struct WgmmaJob {
+  HeadCoords c;
+  int row0;
+  bool split;
+};
+
+// Blocks from split_from on are split units, kConsumerGroups for each query tile from split_from on
+// (split_tail_from in attention_wgmma.cu).
+template <class Cfg>
+__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, int split_from) {
+  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
+  const int block = blockIdx.x;
+  if (block < split_from) {
+    const HeadCoords c = p.is_causal ? head_coords_heavy_first(p, blocks_per_head) : head_coords(p, blocks_per_head);
+    return {c, c.tile * Cfg::kBlockM, false};
+  }
+  const int unit = block - split_from, tile = split_from + unit / Cfg::kConsumerGroups;
+  const HeadCoords c = coords_of(p, tile / blocks_per_head, tile % blocks_per_head);
+  return {c, c.tile * Cfg::kBlockM + unit % Cfg::kConsumerGroups * 64, true};
+}
 
 // Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout).
 // Producer thread `tid` keeps one 16-code column and steps kRowStep rows, a multiple of the swizzle's 8, so its
@@ -232,13 +284,16 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
 // codes; consumers at 208-224 registers to make room) was slower: 205.2 / 275.5 / 988.2 against 175.0 / 252.3 /
 // 905.2 us at 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128, wgmma_fp8 236.0 against 194.5 at 4x16x2048x128.
 template <class Cfg>
-__device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
+__device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const WgmmaJob& job,
                                               int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN, kCodeSlots = Cfg::kSplitRings ? 1 : Cfg::kStages;
   constexpr int kConsumersReadCodes = Cfg::kSplitRings ? 0 : 1;  // the tiles a code slot stays busy after decoding
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
+  const bool split = Cfg::kSplitTail && job.split;
+  const int consumers = split ? 128 : Cfg::kConsumerThreads;  // of each tile
+  const HeadCoords& c = job.c;
   auto issue = [&](int tile) {
     if (elected && tile < tiles) {
       const int slot = tile % kCodeSlots;
@@ -253,17 +308,25 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   for (int tile = 0; tile < tiles; ++tile) {
     const int slot = tile % Cfg::kStages, code_slot = tile % kCodeSlots;
     mbarrier_wait(smem.tile_loaded(code_slot), tile / kCodeSlots % 2);
-    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) {
+      barrier_sync(Bars::halves_free(slot), Bars::slot_users(consumers));
+    }
     decode_tile<Cfg, kN>(smem.v_codes(code_slot), smem.v_halves(slot), tid);
     if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(code_slot), smem.k_halves(slot), tid);
     fence_proxy_async();  // this thread's st.shared of the fp16 tiles before wgmma reads them
-    barrier_arrive(Bars::full(slot, 0), Bars::kGroupPair);
-    barrier_arrive(Bars::full(slot, 1), Bars::kGroupPair);
+    if (split) {
+      barrier_arrive(Bars::full(slot, tile % Cfg::kConsumerGroups), Bars::kGroupPair);
+    } else {
+#pragma unroll
+      for (int group = 0; group < Cfg::kConsumerGroups; ++group) {
+        barrier_arrive(Bars::full(slot, group), Bars::kGroupPair);
+      }
+    }
     // The next copy overwrites the codes of tile `freed`: its K once the consumers are done with it, its V codes
     // (and with kSplitRings its K) once every producer has decoded them (they all take part in this barrier).
     const int freed = tile - kConsumersReadCodes;
     if (freed >= 0 && freed + kCodeSlots < tiles) {
-      barrier_sync(Bars::codes_free(freed % kCodeSlots), kConsumersReadCodes ? Cfg::kThreads : Cfg::kProducerThreads);
+      barrier_sync(Bars::codes_free(freed % kCodeSlots), (kConsumersReadCodes ? consumers : 0) + Cfg::kProducerThreads);
     }
     issue(freed + kCodeSlots);
   }
@@ -280,7 +343,9 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
   const bool elected = threadIdx.x % 32 == 0;
   if (elected) wait_for_decoded_head(maps.plan, c.batch * heads_kv + c.head_kv);
   for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
-    if (Bars::refilled(tile - Cfg::kStages, tiles)) barrier_sync(Bars::halves_free(slot), Bars::kSlotUsers);
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) {
+      barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+    }
     if (elected) {
       uint64_t* loaded = smem.tile_loaded(slot);
       mbarrier_arrive_expect_bytes(loaded, 2 * Cfg::kHalfTileBytes);
@@ -294,6 +359,30 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
   }
 }
 
+// The job's Q rows as an fp16 tile (HalfPanelLayout, signs flipped for a negative scale, rows past seqlen_q zero)
+// for three consumer groups (kQInSmem), decoded by the consumers 16 codes at a time while the producers wait for
+// the first tile; barrier 0 then holds the consumers until the tile is complete. (Decoded by the whole block
+// before the producers started: 158.7 against 154 us at 4x16x2048x64, H200.)
+template <class Cfg>
+__device__ __forceinline__ void decode_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
+                                              const WgmmaJob& job) {
+  constexpr int kChunksPerRow = Cfg::kHeadDim / 16;
+  const int rows = job.split ? 64 : Cfg::kBlockM;
+  const uint32_t sign = ScoreScale(p, job.c).flip_q ? 0x80808080u : 0u;
+  const uint8_t* q = q_head(p, job.c);
+  for (int chunk = threadIdx.x; chunk < rows * kChunksPerRow; chunk += Cfg::kConsumerThreads) {
+    const int row = chunk / kChunksPerRow, col = chunk % kChunksPerRow * 16;
+    uint4 codes = make_uint4(0, 0, 0, 0);
+    if (job.row0 + row < p.seqlen_q) {
+      codes = *reinterpret_cast<const uint4*>(q + (job.row0 + row) * p.q_row_stride + col);
+      codes = make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
+    }
+    store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row, col, codes);
+  }
+  fence_proxy_async();  // this thread's st.shared of the tile before wgmma reads it
+  barrier_sync(0, Cfg::kConsumerThreads);
+}
+
 // One warp of a consumer warpgroup: its 16 query rows of the group's 64 (the softmax state of FragmentRows).
 template <class Cfg>
 struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
@@ -303,22 +392,28 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   using FragmentRows<kD / 8>::o;
   // The warp's 16 rows of Q: A fragments of E4M3 codes (wgmma_fp8) or fp16 (wgmma), or with kQCodesForHalves the
   // codes of the fp16 fragments (load_half_q_codes), converted into q_halves before each Q K^T.
-  uint32_t q[kQSteps][kQWords];
   struct NoFragments {};
+  std::conditional_t<Cfg::kQInSmem, NoFragments, uint32_t[kQSteps][kQWords]> q;
   std::conditional_t<Cfg::kQCodesForHalves, uint32_t[kQSteps][4], NoFragments> q_halves;
-  // Shared-memory descriptors of slot 0's K and V tiles. Slot s lies s * kSlotBytes further, s * kSlotUnits in
-  // the descriptor's 16-byte start field, which cannot carry (shared addresses stay below 2^18): one multiply-add
-  // per tile instead of deriving each descriptor from tile % kStages (a chain of ~10 dependent uniform
-  // instructions before each batch of wgmma).
-  uint64_t k_desc0, v_desc0;
-  static constexpr uint64_t kSlotUnits = Cfg::kSlotBytes / 16;
+  // Shared-memory descriptors of slot 0's K and V tiles, low words (descriptor_high: kKHigh, kHalfHigh). Slot s
+  // lies s * kSlotBytes further, s * kSlotUnits in the descriptor's 16-byte start field, which cannot carry
+  // (shared addresses stay below 2^18): one multiply-add per tile instead of deriving each descriptor from
+  // tile % kStages (a chain of ~10 dependent uniform instructions before each batch of wgmma).
+  uint32_t k_desc0, v_desc0;
+  // kQInSmem: the descriptor of the warpgroup's 64 rows of the Q tile (low word).
+  uint32_t q_desc;
+  static constexpr uint32_t kSlotUnits = Cfg::kSlotBytes / 16;
+  static constexpr uint64_t kHalfHigh = descriptor_high(1024, 128);
+  static constexpr uint64_t kKHigh = Cfg::kFp8Scores ? descriptor_high(8 * kD, kD) : kHalfHigh;
 
   // Q of the warp's rows, from global memory. In registers it spares the tensor cores shared-memory reads at every
   // tile, and the producers a load or decode at the start of every block. (wgmma_fp8 with Q codes in shared
   // memory, loaded by TMA and sign-flipped by the producers, against registers, one run on an H200: 183.6 / 227.0
   // / 779.4 against 179.4 / 213.3 / 730.3 us at 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128.)
   __device__ void set_q(const AttentionParams& p, const HeadCoords& c, bool flip_q, int lane) {
-    if constexpr (Cfg::kFp8Scores) {
+    if constexpr (Cfg::kQInSmem) {
+      return;  // decoded into shared memory by the whole block (decode_q_tile)
+    } else if constexpr (Cfg::kFp8Scores) {
       this->load_code_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     } else if constexpr (Cfg::kQCodesForHalves) {
       this->load_half_q_codes(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
@@ -329,10 +424,11 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 
   // K K-major. Code tiles (wgmma_fp8): 8-row groups 8 * kD bytes apart. fp16 panels (wgmma): 8-row groups 1024
   // bytes apart. V N-major: 128-byte rows of 64 dims, panels kPanelBytes apart, 8-key groups 1024 bytes apart.
-  __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem) {
-    k_desc0 = Cfg::kFp8Scores ? smem_descriptor(smem.k_codes(0), 16, 8 * kD, kD)
-                              : smem_descriptor(smem.k_halves(0), 16, 1024, 128);
-    v_desc0 = smem_descriptor(smem.v_halves(0), Cfg::kPanelBytes, 1024, 128);
+  // kQInSmem: the Q tile as the A operand, K-major like fp16 K; the warpgroup's rows start at q_row0.
+  __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem, int q_row0) {
+    q_desc = descriptor_low(smem.q_halves() + q_row0 * kD, 16);
+    k_desc0 = descriptor_low(Cfg::kFp8Scores ? static_cast<const void*>(smem.k_codes(0)) : smem.k_halves(0), 16);
+    v_desc0 = descriptor_low(smem.v_halves(0), Cfg::kPanelBytes);
   }
 
   // With kQCodesForHalves, the fp16 fragments of Q for the next issue_scores; before its wgmma_fence, since
@@ -347,16 +443,20 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // Starts S = Q K^T for the slot's tile (one commit group). Code tiles: a k32 step is 32 bytes = 2 descriptor
   // units. fp16 panels: a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], int slot) {
-    const uint64_t k_desc = k_desc0 + slot * kSlotUnits;
+    const uint32_t k_desc = k_desc0 + slot * kSlotUnits;
+    // Q's descriptors derived anew for each tile: hoisted, they took 8 registers across the loop (and spilled).
+    const uint32_t q_tile = tied_to(q_desc, slot);
     if constexpr (Cfg::kFp8Scores) {
 #pragma unroll
-      for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], k_desc + 2 * ks, ks > 0);
+      for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], kKHigh | (k_desc + 2 * ks), ks > 0);
     } else {
 #pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) {
         const int panel = ks / 4, step = 2 * (ks % 4);
-        const uint64_t b = k_desc + panel * (Cfg::kPanelBytes / 16) + step;
-        if constexpr (Cfg::kQCodesForHalves) {
+        const uint64_t b = kKHigh | (k_desc + panel * (Cfg::kPanelBytes / 16) + step);
+        if constexpr (Cfg::kQInSmem) {
+          wgmma_f16_ss(s, kHalfHigh | (q_tile + 2 * ks), b, ks > 0);
+        } else if constexpr (Cfg::kQCodesForHalves) {
           wgmma_f16_rs<false>(s, q_halves[ks], b, ks > 0);
         } else {
           wgmma_f16_rs<false>(s, q[ks], b, ks > 0);
@@ -370,20 +470,103 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // had replaced S (kLatePack): by mma.sync (m16n8k16, fp32 sums) from the slot's fp16 K tile and Q's A fragments,
   // the same products as the wgmma summed in another order. Not by wgmma: ptxas serializes every wgmma of a
   // kernel after one issued under a condition.
+  // With kQInSmem the Q fragments come from the Q tile by ldmatrix (matrix m: rows 8 (m % 2), dims 8 (m / 2)).
   __device__ void recompute_scores(float (&s)[kN / 8][4], const WgmmaSmem<Cfg>& smem, int slot, int lane) const {
     static_assert(Cfg::kLatePack && !Cfg::kQCodesForHalves, "fp16 K tiles and Q fragments");
-    half_tile_scores<HalfPanelLayout<kN>>(s, q, smem.k_halves(slot), lane);
+    if constexpr (Cfg::kQInSmem) {
+      const int mat = lane / 8, row = threadIdx.x / 32 * 16 + mat % 2 * 8 + lane % 8;  // not a split unit
+      half_tile_scores<HalfPanelLayout<kN>, kD / 16>(s, [&](int ks, uint32_t (&a)[4]) {
+        ldmatrix_x4(a, smem.q_halves() + HalfPanelLayout<Cfg::kBlockM>::offset(row, ks * 16 + mat / 2 * 8));
+      }, smem.k_halves(slot), lane);
+    } else {
+      half_tile_scores<HalfPanelLayout<kN>>(s, q, smem.k_halves(slot), lane);
+    }
   }
 
   // Starts O += P V for the slot's tile (one commit group); a k16 step is 16 keys = 2048 bytes, 128 descriptor
   // units.
   __device__ void issue_output(const uint32_t (&a)[kN / 16][4], int slot) {
-    const uint64_t v_desc = v_desc0 + slot * kSlotUnits;
+    const uint32_t v_desc = v_desc0 + slot * kSlotUnits;
 #pragma unroll
-    for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], v_desc + 128 * kt, true);
+    for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], kHalfHigh | (v_desc + 128 * kt), true);
     wgmma_commit();
   }
+
+  // A split unit's end: groups 1 and 2 leave their O, row max and lane row sums in `partials` (per warp and
+  // float4, lane-major: conflict-free) and return false; group 0 merges them into its own, M = max m_g,
+  // O = sum O_g 2^(m_g - M), sum = sum sum_g 2^(m_g - M) (a group that saw nothing of a row has m_g = -inf and
+  // weight 0), and returns true to store the rows. The max is the same on the lanes of a quad, so the lane sums
+  // merge before finish_rows reduces them.
+  __device__ bool merge_split_groups(float* partials, int group, int lane) {
+    constexpr int kFloats = Cfg::kPartialFloats, kOFloats = kD / 2;
+    static_assert(kFloats == kOFloats + 4 && kFloats % 4 == 0, "O, then max and sum of both rows");
+    const int warp_in_group = threadIdx.x / 32 % 4;
+    auto partial = [&](int g, int i) {  // float4 i of group g's lane
+      return reinterpret_cast<float4*>(partials) + (((g - 1) * 4 + warp_in_group) * (kFloats / 4) + i) * 32 + lane;
+    };
+    if (group > 0) {
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) *partial(group, dt) = make_float4(o[dt][0], o[dt][1], o[dt][2], o[dt][3]);
+      *partial(group, kOFloats / 4) =
+          make_float4(this->softmax[0].max, this->softmax[1].max, this->softmax[0].sum, this->softmax[1].sum);
+    }
+    barrier_sync(0, Cfg::kConsumerThreads);  // the producers are done: id 0 is free
+    if (group > 0) return false;
+#pragma unroll
+    for (int g = 1; g < Cfg::kConsumerGroups; ++g) {
+      const float4 state = *partial(g, kOFloats / 4);
+      const float max[2] = {state.x, state.y}, sum[2] = {state.z, state.w};
+      float mine[2], theirs[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float merged = fmaxf(this->softmax[r].max, max[r]);
+        mine[r] = merged == -INFINITY ? 1.0f : exp2f(this->softmax[r].max - merged);
+        theirs[r] = max[r] == -INFINITY ? 0.0f : exp2f(max[r] - merged);
+        this->softmax[r].max = merged;
+        this->softmax[r].sum = this->softmax[r].sum * mine[r] + sum[r] * theirs[r];
+      }
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        const float4 other = *partial(g, dt);
+        o[dt][0] = o[dt][0] * mine[0] + other.x * theirs[0];
+        o[dt][1] = o[dt][1] * mine[0] + other.y * theirs[0];
+        o[dt][2] = o[dt][2] * mine[1] + other.z * theirs[1];
+        o[dt][3] = o[dt][3] * mine[1] + other.w * theirs[1];
+      }
+    }
+    return true;
+  }
 };
+
+// A split unit's loop (kSplitTail): group g takes tiles g, g + kConsumerGroups, ..., all in slot g, and waits for
+// each P V before it asks for its next tile: with one slot per group the producers cannot load that tile before the
+// P V is done. The groups overlap one another instead.
+template <class Cfg>
+__device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, const WgmmaSmem<Cfg>& smem,
+                                                    const AttentionParams& p, int group, int tiles, int lane) {
+  using Bars = WgmmaBarriers<Cfg>;
+  constexpr int kN = Cfg::kBlockN, kConsumers = 128;
+  static_assert(Cfg::kStages == Cfg::kConsumerGroups, "tile t in slot t % kStages is group t's slot");
+  const int slot = group;
+  for (int tile = group; tile < tiles; tile += Cfg::kConsumerGroups) {
+    float s[kN / 8][4];
+    uint32_t a[kN / 16][4];
+    barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
+    wgmma_fence();
+    w.issue_scores(s, slot);
+    wgmma_wait<0>();
+    pin_registers(s);
+    const bool refilled = Bars::refilled(tile, tiles);
+    if (refilled) barrier_arrive(Bars::codes_free(slot), kConsumers + Cfg::kProducerThreads);
+    w.template scores_to_probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, a);
+    wgmma_fence();
+    w.issue_output(a, slot);
+    wgmma_wait<0>();
+    pin_registers(a);
+    pin_registers(w.o);
+    if (refilled) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(kConsumers));
+  }
+}
 
 // The two consumer groups take turns issuing their wgmma batches (TURN barriers), so that one group's softmax runs
 // while the other's matrix products occupy the tensor cores. A group issues tile t's Q K^T together with tile
@@ -400,13 +583,23 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
 // max first; turns at D = 128: without / with, 277.7 / 270.8 and 985.2 / 944.7 us.
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
-                                              const HeadCoords& c, int row0, int tiles) {
+                                              const WgmmaJob& job, int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
+  const HeadCoords& c = job.c;
+  const bool split = Cfg::kSplitTail && job.split;
+  const int q_row0 = split ? 0 : 64 * group;  // the group's rows in the job's
   WarpgroupAttention<Cfg> w;
-  w.set_q(p, c, w.start(p, c, row0, warp, lane), lane);
-  w.set_descriptors(smem);
+  w.set_q(p, c, w.start(p, c, job.row0 + q_row0, warp % 4, lane), lane);
+  w.set_descriptors(smem, q_row0);
+  if constexpr (Cfg::kSplitTail) {
+    if (split) {
+      consume_split_tiles(w, smem, p, group, tiles, lane);
+      if (w.merge_split_groups(smem.partials(), group, lane)) w.template store_output<OutT>(p, c, lane);
+      return;
+    }
+  }
   // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier.
   auto wait_for_tile = [&](int tile, int slot) {
     if constexpr (Cfg::kPredecoded) {
@@ -421,8 +614,12 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
     }
   };
-  auto take_turn = [&] { barrier_sync(Bars::turn(group), Bars::kGroupPair); };
-  auto pass_turn = [&] { barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair); };
+  auto take_turn = [&] {
+    if constexpr (Cfg::kTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
+  };
+  auto pass_turn = [&] {
+    if constexpr (Cfg::kTurns) barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair);
+  };
   if (group == 1) pass_turn();  // group 0 issues first
 
   float s[kN / 8][4];      // S of the current tile
@@ -461,7 +658,9 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       wgmma_wait<0>();
       pin_registers(a);  // read by that P V until here: no other value may take their registers before
       pin_registers(w.o);
-      if (Bars::refilled(tile - 1, tiles)) barrier_arrive(Bars::halves_free(prev), Bars::kSlotUsers);
+      if (Bars::refilled(tile - 1, tiles)) {
+        barrier_arrive(Bars::halves_free(prev), Bars::slot_users(Cfg::kConsumerThreads));
+      }
       rescale_rows(w.o, correction);
     };
     if constexpr (Cfg::kLatePack) {
@@ -485,10 +684,13 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   w.template store_output<OutT>(p, c, lane);
 }
 
+// Blocks from split_from on are split units (WgmmaJob); split_from is the block count when there are none.
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps) {
+    attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
+  const WgmmaJob job = wgmma_job<Cfg>(p, split_from);
+  if (job.row0 >= p.seqlen_q) return;  // a split unit past the last query row; the whole block leaves
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
   if (threadIdx.x == 0) {
@@ -498,10 +700,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();  // the mbarriers are initialized
   // Launched as a programmatic dependent launch after the decode pass (kv_to_half.cu), which wrote K and V.
   if constexpr (Cfg::kPredecoded) wait_for_previous_grids();
-  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
-  const HeadCoords c = p.is_causal ? head_coords_heavy_first(p, blocks_per_head) : head_coords(p, blocks_per_head);
-  const int row0 = c.tile * Cfg::kBlockM;
-  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const HeadCoords& c = job.c;
+  const int tiles = (key_end(p, c.tile * Cfg::kBlockM, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (Cfg::kPredecoded) {
@@ -514,11 +714,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
             smem.ahead_job(), tid - 32);
       }
     } else {
-      produce_tiles<Cfg>(smem, maps, c, tiles);
+      produce_tiles<Cfg>(smem, maps, job, tiles);
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    consume_tiles<Cfg, OutT>(smem, p, c, row0, tiles);
+    if constexpr (Cfg::kQInSmem) decode_q_tile<Cfg>(smem, p, job);
+    consume_tiles<Cfg, OutT>(smem, p, job, tiles);
   }
 #else
   __trap();  // built for sm_90a only; the host launches it on sm_90 only
@@ -534,17 +735,26 @@ cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_
 cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_m, WgmmaMaps* maps,
                                cudaStream_t stream);
 
-template <bool kFp8Scores, bool kPredecoded>
+// The first block of the split units (WgmmaJob): the query tiles of the last wave, when the units of all of them
+// fit in one wave, where each has 1 / groups of the tile's keys. Not causal (that grid runs heaviest first, so its
+// last wave is already the cheapest), and only with a key tile for every group. `blocks` when there are none.
+int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n);
+
+template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded>;
+    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : 2>;
     WgmmaMaps maps;
     const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
                                         : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps);
     if (err != cudaSuccess) return err;
-    return launch_overlapping(kPredecoded && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>,
-                              attention_blocks(p, Cfg::kBlockM), Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps);
+    const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
+    const int64_t split_from =
+        Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;
+    const int64_t grid = split_from + (blocks - split_from) * Cfg::kConsumerGroups;
+    return launch_overlapping(kPredecoded && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>, grid,
+                              Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps, static_cast<int>(split_from));
   }
 };
 

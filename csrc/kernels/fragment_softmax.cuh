@@ -172,14 +172,15 @@ struct FragmentRows {
   float o[kOTiles][4] = {};  // O accumulators (unnormalized, in V-code units)
   RowSoftmax softmax[2];     // rows g and g + 8; `sum` is this lane's partial sum until finish_rows
   int row[2];                // query indices of rows g and g + 8
-  int first_row;             // the warp's first query row
   float score_scale;         // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
+
+  // The warp's first query row, derived rather than kept: `wgmma_m192`'s consumers spilled with it in a register.
+  __device__ int first_row(int lane) const { return row[0] - lane / 4; }
 
   // Sets the rows of warp `warp` in the block's tile at row0 and the head's scale; returns whether the Q
   // fragments must have their signs flipped (a negative scale).
   __device__ bool start(const AttentionParams& p, const HeadCoords& c, int row0, int warp, int lane) {
-    first_row = row0 + warp * 16;
-    row[0] = first_row + lane / 4;
+    row[0] = row0 + warp * 16 + lane / 4;
     row[1] = row[0] + 8;
     const ScoreScale scale(p, c);
     score_scale = scale.log2_units;
@@ -242,7 +243,7 @@ struct FragmentRows {
   template <bool kGuessMax, int kNTiles>
   __device__ void probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
                                 uint32_t (&probs)[kNTiles / 2][4], float (&correction)[2]) {
-    if (tile_needs_mask(p, key0, kNTiles * 8, first_row)) mask_tile(s, row, key0, p, lane);
+    if (tile_needs_mask(p, key0, kNTiles * 8, first_row(lane))) mask_tile(s, row, key0, p, lane);
     online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
   }
 
@@ -253,7 +254,7 @@ struct FragmentRows {
   template <int kNTiles, class Recompute>
   __device__ void exponentials(float (&s)[kNTiles][4], int key0, const AttentionParams& p, float (&correction)[2],
                                Recompute recompute) {
-    const bool masked = tile_needs_mask(p, key0, kNTiles * 8, first_row);
+    const bool masked = tile_needs_mask(p, key0, kNTiles * 8, first_row(lane_now()));
     if (masked) mask_tile(s, row, key0, p, lane_now());
     float offset[2], tile_sum[2];
     correction[0] = correction[1] = 1.0f;

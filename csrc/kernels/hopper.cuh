@@ -22,12 +22,17 @@ namespace sdpa {
 // The 64-bit shared-memory matrix descriptor of wgmma: start address, leading and stride byte offsets (all in
 // 16-byte units) and the swizzle mode of the canonical layout (64- or 128-byte XOR swizzle). The swizzle is a
 // function of the absolute shared-memory address, so swizzled tiles start on 1024-byte boundaries.
+// Its high word (stride and swizzle) is a constant of the layout, so a kernel short of registers can keep only the
+// low words (start address and leading offset) and OR the constant in at each wgmma.
+__host__ __device__ constexpr uint64_t descriptor_high(uint32_t stride_bytes, int swizzle_bytes) {
+  return static_cast<uint64_t>(stride_bytes >> 4) << 32 | static_cast<uint64_t>(swizzle_bytes == 128 ? 1 : 2) << 62;
+}
+__device__ __forceinline__ uint32_t descriptor_low(const void* start, uint32_t leading_bytes) {
+  return (smem_address(start) & 0x3FFFF) >> 4 | (leading_bytes >> 4) << 16;
+}
 __device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t leading_bytes, uint32_t stride_bytes,
                                                     int swizzle_bytes) {
-  const uint64_t mode = swizzle_bytes == 128 ? 1 : 2;
-  return static_cast<uint64_t>((smem_address(start) & 0x3FFFF) >> 4) |
-         static_cast<uint64_t>(leading_bytes >> 4) << 16 | static_cast<uint64_t>(stride_bytes >> 4) << 32 |
-         mode << 62;
+  return descriptor_low(start, leading_bytes) | descriptor_high(stride_bytes, swizzle_bytes);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -207,6 +212,19 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&d)[16][4], const uint32_t (
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransposeB ? 1 : 0));
+#else
+  __trap();
+#endif
+}
+
+// D (64 x 128, fp32) = A B (+ D when accumulate): A 64 x 16 and B 16 x 128 fp16, both K-major in shared memory.
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SDPA_ACC_64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : SDPA_ACC_TILES_0_7(d), SDPA_ACC_TILES_8_15(d)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
 #else
   __trap();
 #endif

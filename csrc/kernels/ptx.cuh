@@ -59,6 +59,13 @@ __device__ __forceinline__ int lane_now() {
   return lane;
 }
 
+// `value`, as the compiler must take it to depend on `anchor`: what is derived from it inside a loop where anchor
+// changes stays there instead of being hoisted before the loop and kept in registers across it.
+__device__ __forceinline__ uint32_t tied_to(uint32_t value, int anchor) {
+  asm("" : "+r"(value) : "r"(anchor));
+  return value;
+}
+
 // Named barriers: `count` threads (a multiple of 32) take part; id 0 is __syncthreads'.
 __device__ __forceinline__ void barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

@@ -70,23 +70,34 @@ __device__ __forceinline__ void store_decoded_16(__half* tile, int row, int col,
 
 // S = Q K^T of a warp's 16 query rows against an fp16 K tile [kNTiles * 8 keys][dims] in shared memory laid out
 // by Layout (offsets in halves): mma.sync m16n8k16 with fp32 sums, Q as fp16 A fragments, K by ldmatrix.x4 (two
-// 8-key n-tiles x two 8-dim halves of a k-step at a time).
-template <class Layout, int kKSteps, int kNTiles>
-__device__ __forceinline__ void half_tile_scores(float (&s)[kNTiles][4], const uint32_t (&q)[kKSteps][4],
-                                                 const __half* k_tile, int lane) {
+// 8-key n-tiles x two 8-dim halves of a k-step at a time). q_fragment(ks, a) gives the A fragment of k-step ks.
+template <class Layout, int kKSteps, int kNTiles, class QFragment>
+__device__ __forceinline__ void half_tile_scores(float (&s)[kNTiles][4], QFragment q_fragment, const __half* k_tile,
+                                                 int lane) {
   const int mat = lane / 8, mat_row = lane % 8;
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
 #pragma unroll
   for (int ks = 0; ks < kKSteps; ++ks) {
+    uint32_t a[4];
+    q_fragment(ks, a);
 #pragma unroll
     for (int nt = 0; nt < kNTiles / 2; ++nt) {
       uint32_t b[4];
       ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 16 + (mat % 2) * 8));
-      mma_16x8x16(s[2 * nt], q[ks], b[0], b[1]);
-      mma_16x8x16(s[2 * nt + 1], q[ks], b[2], b[3]);
+      mma_16x8x16(s[2 * nt], a, b[0], b[1]);
+      mma_16x8x16(s[2 * nt + 1], a, b[2], b[3]);
     }
   }
+}
+// The same with Q's A fragments in registers.
+template <class Layout, int kKSteps, int kNTiles>
+__device__ __forceinline__ void half_tile_scores(float (&s)[kNTiles][4], const uint32_t (&q)[kKSteps][4],
+                                                 const __half* k_tile, int lane) {
+  half_tile_scores<Layout, kKSteps>(s, [&](int ks, uint32_t (&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = q[ks][i];
+  }, k_tile, lane);
 }
 
 // Starts cp.async copies of the tile into a code buffer of the given layout; rows past seqlen become 0. Thread
