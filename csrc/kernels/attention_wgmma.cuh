@@ -412,7 +412,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // / 779.4 against 179.4 / 213.3 / 730.3 us at 4x16x2048x64 / 4x16x2048x128 / 1x16x8192x128.)
   __device__ void set_q(const AttentionParams& p, const HeadCoords& c, bool flip_q, int lane) {
     if constexpr (Cfg::kQInSmem) {
-      return;  // decoded into shared memory by the whole block (decode_q_tile)
+      return;  // decoded into shared memory by the consumers (decode_q_tile)
     } else if constexpr (Cfg::kFp8Scores) {
       this->load_code_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
     } else if constexpr (Cfg::kQCodesForHalves) {
