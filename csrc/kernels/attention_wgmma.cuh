@@ -426,7 +426,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   // bytes apart. V N-major: 128-byte rows of 64 dims, panels kPanelBytes apart, 8-key groups 1024 bytes apart.
   // kQInSmem: the Q tile as the A operand, K-major like fp16 K; the warpgroup's rows start at q_row0.
   __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem, int q_row0) {
-    q_desc = descriptor_low(smem.q_halves() + q_row0 * kD, 16);
+    if constexpr (Cfg::kQInSmem) q_desc = descriptor_low(smem.q_halves() + q_row0 * kD, 16);
     k_desc0 = descriptor_low(Cfg::kFp8Scores ? static_cast<const void*>(smem.k_codes(0)) : smem.k_halves(0), 16);
     v_desc0 = descriptor_low(smem.v_halves(0), Cfg::kPanelBytes);
   }

@@ -22,17 +22,14 @@ namespace sdpa {
 // The 64-bit shared-memory matrix descriptor of wgmma: start address, leading and stride byte offsets (all in
 // 16-byte units) and the swizzle mode of the canonical layout (64- or 128-byte XOR swizzle). The swizzle is a
 // function of the absolute shared-memory address, so swizzled tiles start on 1024-byte boundaries.
-// Its high word (stride and swizzle) is a constant of the layout, so a kernel short of registers can keep only the
-// low words (start address and leading offset) and OR the constant in at each wgmma.
+// Built in two words, descriptor_low | descriptor_high: the high word (stride and swizzle) is a constant of the
+// layout, so the kernels keep only the low words (start address and leading offset) in registers and OR the
+// constant in at each wgmma.
 __host__ __device__ constexpr uint64_t descriptor_high(uint32_t stride_bytes, int swizzle_bytes) {
   return static_cast<uint64_t>(stride_bytes >> 4) << 32 | static_cast<uint64_t>(swizzle_bytes == 128 ? 1 : 2) << 62;
 }
 __device__ __forceinline__ uint32_t descriptor_low(const void* start, uint32_t leading_bytes) {
   return (smem_address(start) & 0x3FFFF) >> 4 | (leading_bytes >> 4) << 16;
-}
-__device__ __forceinline__ uint64_t smem_descriptor(const void* start, uint32_t leading_bytes, uint32_t stride_bytes,
-                                                    int swizzle_bytes) {
-  return descriptor_low(start, leading_bytes) | descriptor_high(stride_bytes, swizzle_bytes);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
