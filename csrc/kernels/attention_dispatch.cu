@@ -1,5 +1,6 @@
 // The variant table: every built name[+toggle...] with its launcher, and the choices behind variant="auto" and
 // variant="fast".
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -86,10 +87,12 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // of 192 rows) 42.8 / 43.5, 2x16x2048x64 (352) 83.7 / 82.8, 1x16x4096x64 (352) 151.3 / 149.5, 4x16x2048x64 (704)
 // 167-168 / 154, 1x16x8192x64 (688) 572-578 / 518-522, 4x16x1024x64 49.0 / 49.3, 8x16x1024x64 98.5 / 98.0;
 // causal 4x16x2048x64 103 / 103-104, 1x16x4096x64 84.5 / 87.1, 2x16x4096x64 (704) 167.2 / 162.4, 1x16x8192x64
-// 300-301 / 276-277, 2x16x2048x64 51.4 / 53.4, 8x16x1024x64 67.5 / 75.9. (132 SMs: 264 blocks are two waves.)
+// 300-301 / 276-277, 2x16x2048x64 51.4 / 53.4, 8x16x1024x64 67.5 / 75.9: it takes two waves of 192-row blocks (on
+// 132 SMs, 264 blocks), four when causal.
 bool three_groups_pay(const AttentionParams& p) {
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 191) / 192);
-  return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && blocks >= 528 : p.seqlen_k >= 2048 && blocks >= 264);
+  const int64_t waves = blocks / std::max(multiprocessor_count(), 1);
+  return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && waves >= 4 : p.seqlen_k >= 2048 && waves >= 2);
 }
 
 bool predecode_pays(const AttentionParams& p) {

@@ -54,17 +54,16 @@ cudaError_t encode_tile_map(CUtensorMap* map, const TileMapSpec& t) {
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// The blocks the GPU runs at once: one per SM (the wgmma kernels take most of an SM's registers and shared memory).
-int resident_wgmma_blocks() {
+}  // namespace
+
+int multiprocessor_count() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 0;  // the plan then takes each head's blocks as the lookahead
+    return 0;
   }
   return sms;
 }
-
-}  // namespace
 
 // Code boxes of kv_rows x D: k in the 64- or 128-byte swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k),
 // v plain.
@@ -86,7 +85,9 @@ cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_
 cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_m, WgmmaMaps* maps,
                                cudaStream_t stream) {
   const int blocks_per_kv_head = query_tiles(p, block_m) * (p.heads_q / p.heads_kv);
-  maps->plan = plan_kv_decode(p, blocks_per_kv_head, kv_rows, resident_wgmma_blocks());
+  // One wgmma block per SM (they take most of an SM's registers and shared memory); with no SM count the plan takes
+  // each head's blocks as the lookahead.
+  maps->plan = plan_kv_decode(p, blocks_per_kv_head, kv_rows, multiprocessor_count());
   if (cudaError_t err = launch_kv_to_half(p, maps->plan, stream); err != cudaSuccess) return err;
   WgmmaMaps codes;
   if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, &codes); err != cudaSuccess) return err;
@@ -103,7 +104,7 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
 }
 
 int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n) {
-  const int sms = resident_wgmma_blocks();
+  const int sms = multiprocessor_count();  // one block per SM
   const int64_t last_wave = sms > 0 ? blocks % sms : 0;
   const bool split = !p.is_causal && (p.seqlen_k + block_n - 1) / block_n >= groups && last_wave * groups <= sms;
   return split ? blocks - last_wave : blocks;

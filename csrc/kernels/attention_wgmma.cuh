@@ -97,7 +97,8 @@ struct WgmmaConfig {
   // / 232.5 at 4x16x2048x128, 789.7 / 730.4 at 1x16x8192x128. wgmma_fp8 keeps K as codes, which it releases right
   // after Q K^T.
   static constexpr bool kLatePack = !kFp8Scores && !kPredecoded;
-  static constexpr int kConsumerThreads = 128 * kConsumerGroups, kProducerThreads = 128;
+  static constexpr int kGroupThreads = 128;  // a consumer warpgroup
+  static constexpr int kConsumerThreads = kGroupThreads * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kCodeTileBytes = kPredecoded ? 0 : kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
@@ -116,7 +117,7 @@ struct WgmmaConfig {
   static constexpr int kQTileBytes = kQInSmem ? kBlockM * kHeadDim * 2 : 0;
   // A split unit's groups 1 and 2 leave their O, row max and row sums (kPartialFloats per lane) for group 0.
   static constexpr int kPartialFloats = kHeadDim / 2 + 4;
-  static constexpr int kPartialBytes = kSplitTail ? (kConsumerGroups - 1) * 128 * kPartialFloats * 4 : 0;
+  static constexpr int kPartialBytes = kSplitTail ? (kConsumerGroups - 1) * kGroupThreads * kPartialFloats * 4 : 0;
   static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kAheadBufferBytes + kQTileBytes + kPartialBytes +
                                     kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer. Three
@@ -192,7 +193,7 @@ struct WgmmaBarriers {
   __device__ static int halves_free(int slot) { return 1 + (kGroups + 1) * Cfg::kStages + slot; }
   __device__ static int turn(int group) { return 1 + (kGroups + 2) * Cfg::kStages + group; }
   static constexpr int kDecodeAhead = 1 + (kGroups + 2) * Cfg::kStages + (Cfg::kTurns ? kGroups : 0);
-  static constexpr int kGroupPair = Cfg::kProducerThreads + 128;  // FULL and TURN: 128 + 128 threads
+  static constexpr int kGroupPair = Cfg::kProducerThreads + Cfg::kGroupThreads;  // FULL and TURN
   // HALVES_FREE's threads: the consumers that read the slot's tiles and every producer, which decode into the
   // slot; predecoded, the one producer warp that starts the copies.
   __device__ static int slot_users(int consumers) {
@@ -292,7 +293,7 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
   const bool elected = tid == 0;  // starts every copy
   const bool split = Cfg::kSplitTail && job.split;
-  const int consumers = split ? 128 : Cfg::kConsumerThreads;  // of each tile
+  const int consumers = split ? Cfg::kGroupThreads : Cfg::kConsumerThreads;  // of each tile
   const HeadCoords& c = job.c;
   auto issue = [&](int tile) {
     if (elected && tile < tiles) {
@@ -545,7 +546,7 @@ template <class Cfg>
 __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, const WgmmaSmem<Cfg>& smem,
                                                     const AttentionParams& p, int group, int tiles, int lane) {
   using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN, kConsumers = 128;
+  constexpr int kN = Cfg::kBlockN, kConsumers = Cfg::kGroupThreads;
   static_assert(Cfg::kStages == Cfg::kConsumerGroups, "tile t in slot t % kStages is group t's slot");
   const int slot = group;
   for (int tile = group; tile < tiles; tile += Cfg::kConsumerGroups) {

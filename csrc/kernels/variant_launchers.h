@@ -9,6 +9,9 @@ namespace sdpa {
 
 using AttentionLauncher = cudaError_t (*)(const AttentionParams&, cudaStream_t);
 
+// SMs of the current device (0 if the runtime cannot say): a wave of the Hopper variants, one block per SM.
+int multiprocessor_count();
+
 cudaError_t launch_scalar(const AttentionParams&, cudaStream_t);
 cudaError_t launch_cp_async(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wmma(const AttentionParams&, cudaStream_t);
