@@ -83,17 +83,24 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
     }
   }
 
-  // Calls store(dim, value) for this lane's values of row r (0: row g, 1: row g + 8). O n-tile pair (2b, 2b + 1)
-  // holds dims 16b + 4c + {0, 2} and 16b + 4c + {1, 3}.
+  // This lane's values of row r (0: row g, 1: row g + 8) at dims 16 block + 4 (lane % 4) + [0, 4): O n-tile pair
+  // (2 block, 2 block + 1) holds dims 16 block + 4c + {0, 2} and 16 block + 4c + {1, 3}.
+  __device__ float4 output_quad(int r, int block) const {
+    return make_float4(o[2 * block][2 * r], o[2 * block + 1][2 * r], o[2 * block][2 * r + 1],
+                       o[2 * block + 1][2 * r + 1]);
+  }
+
+  // Calls store(dim, value) for this lane's values of row r.
   template <typename Store>
   __device__ void for_each_output(int r, int lane, Store store) const {
 #pragma unroll
     for (int block = 0; block < kD / 16; ++block) {
       const int dim = block * 16 + 4 * (lane % 4);
-      store(dim, o[2 * block][2 * r]);
-      store(dim + 1, o[2 * block + 1][2 * r]);
-      store(dim + 2, o[2 * block][2 * r + 1]);
-      store(dim + 3, o[2 * block + 1][2 * r + 1]);
+      const float4 quad = output_quad(r, block);
+      store(dim, quad.x);
+      store(dim + 1, quad.y);
+      store(dim + 2, quad.z);
+      store(dim + 3, quad.w);
     }
   }
 
