@@ -109,14 +109,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_fp8_split_kernel(c
   const bool flip_q = w.start(p, c, row0, group, lane);
   w.load_q(q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
   // Every split runs the same number of rounds (a split with one tile fewer idles through the last), so that all
-  // warps pass the same sequence of barriers.
+  // warps pass the same sequence of barriers. A round refills the slot the round before read only once its own
+  // tile has landed, so one barrier per round covers both hand-overs. Requesting the next tile before the wait, with
+  // a barrier on each side, measured 4.57-4.65 against 4.55-4.63 us at 1x8x512x64 in two runs and 22.66 against
+  // 22.43 us at 1x8x512x4096x64 (H200).
   const int rounds = (tiles + Cfg::kSplits - 1) / Cfg::kSplits;
   for (int round = 0; round < rounds; ++round) {
     const int tile = first + round;
-    barrier_sync(split_barrier, Cfg::kSplitThreads);  // the split's warps are done with the slot refilled next
+    cp_async_wait<Cfg::kStages - 2>();
+    // The tile's codes are visible to the split's warps, which are done with the slot refilled next.
+    barrier_sync(split_barrier, Cfg::kSplitThreads);
     issue(tile + Cfg::kStages - 1);
-    cp_async_wait<Cfg::kStages - 1>();
-    barrier_sync(split_barrier, Cfg::kSplitThreads);  // the tile's codes are visible to the split's warps
     const uint8_t* slot = ring + round % Cfg::kStages * 2 * Cfg::kTileBytes;
     if (tile < last) w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);
   }
