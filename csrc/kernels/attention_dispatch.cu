@@ -95,13 +95,25 @@ bool three_groups_pay(const AttentionParams& p) {
   return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && waves >= 4 : p.seqlen_k >= 2048 && waves >= 2);
 }
 
+// `fp8_split` beats the Hopper kernels at every key length while its 32-row blocks fit in one wave: their 128-row
+// blocks leave most SMs idle there. Graph us, `wgmma` (what auto took) / `fp8_split`, H200, 2026-11-21, commit
+// 2d7671b: 1x8x512xSx64 (128 blocks) S = 1024 13.3 / 7.0, 2048 22.3 / 12.0, 4096 38.9 / 21.6; causal 1x8x512x1024x64
+// 8.8 / 4.6; 1x8x512xSx128 S = 1024 17.3 / 12.1, 2048 29.5 / 21.0, 8192 102.8 / 75.2; 1x8x256x8192x64 (64 blocks)
+// 72.8 / 41.1; 1x4x1024x4096x128 53.9 / 39.1; 4x8x128x2048x64 22.3 / 12.0. With two waves it loses: 1x16x512xSx64
+// (256 blocks) S = 1024 13.4 / 13.6, 2048 22.4 / 23.4, 4096 39.8 / 43.4; 1x8x1024x8192x64 73.0 / 81.7;
+// 1x16x512x2048x128 29.6 / 41.6.
+bool split_fits_one_wave(const AttentionParams& p) {
+  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 31) / 32);
+  return blocks <= multiprocessor_count();
+}
+
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
   return p.head_dim == 128 && (p.is_causal ? rows_per_kv_head / 2 : rows_per_kv_head) >= 2048;
 }
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (sm == 90 && p.seqlen_k >= 1024) {
+  if (sm == 90 && p.seqlen_k >= 1024 && !split_fits_one_wave(p)) {
     return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p) ? "wgmma_m192" : "wgmma";
   }
   const int64_t blocks_of_64_rows = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 63) / 64);
