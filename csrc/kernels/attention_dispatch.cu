@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "attention_common.cuh"
 #include "kv_to_half.h"
 #include "launch.h"
 #include "variant_launchers.h"
@@ -89,9 +90,8 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // causal 4x16x2048x64 103 / 103-104, 1x16x4096x64 84.5 / 87.1, 2x16x4096x64 (704) 167.2 / 162.4, 1x16x8192x64
 // 300-301 / 276-277, 2x16x2048x64 51.4 / 53.4, 8x16x1024x64 67.5 / 75.9: it takes two waves of 192-row blocks (on
 // 132 SMs, 264 blocks), four when causal.
-bool three_groups_pay(const AttentionParams& p) {
-  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 191) / 192);
-  const int64_t waves = blocks / std::max(multiprocessor_count(), 1);
+bool three_groups_pay(const AttentionParams& p, int sms) {
+  const int64_t waves = attention_blocks(p, 192) / std::max(sms, 1);
   return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && waves >= 4 : p.seqlen_k >= 2048 && waves >= 2);
 }
 
@@ -102,10 +102,7 @@ bool three_groups_pay(const AttentionParams& p) {
 // 72.8 / 41.1; 1x4x1024x4096x128 53.9 / 39.1; 4x8x128x2048x64 22.3 / 12.0. With two waves it loses: 1x16x512xSx64
 // (256 blocks) S = 1024 13.4 / 13.6, 2048 22.4 / 23.4, 4096 39.8 / 43.4; 1x8x1024x8192x64 73.0 / 81.7;
 // 1x16x512x2048x128 29.6 / 41.6.
-bool split_fits_one_wave(const AttentionParams& p) {
-  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 31) / 32);
-  return blocks <= multiprocessor_count();
-}
+bool split_fits_one_wave(const AttentionParams& p, int sms) { return attention_blocks(p, 32) <= sms; }
 
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
@@ -113,11 +110,13 @@ bool predecode_pays(const AttentionParams& p) {
 }
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (sm == 90 && p.seqlen_k >= 1024 && !split_fits_one_wave(p)) {
-    return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p) ? "wgmma_m192" : "wgmma";
+  if (sm == 90 && p.seqlen_k >= 1024) {
+    const int sms = multiprocessor_count();  // 0 when the runtime cannot say
+    if (!split_fits_one_wave(p, sms)) {
+      return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p, sms) ? "wgmma_m192" : "wgmma";
+    }
   }
-  const int64_t blocks_of_64_rows = static_cast<int64_t>(p.batch) * p.heads_q * ((p.seqlen_q + 63) / 64);
-  if (sm >= 89 && blocks_of_64_rows <= 128) return "fp8_split";
+  if (sm >= 89 && attention_blocks(p, 64) <= 128) return "fp8_split";
   const bool warp_specialized = p.head_dim == 64 || p.seqlen_k <= 512 || p.seqlen_k >= 8192;
   return warp_specialized ? "warp_spec+2producers+swizzle" : "fused_softmax+swizzle";
 }
