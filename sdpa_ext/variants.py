@@ -74,6 +74,7 @@ _VARIANTS = (
     Variant("wgmma_m192", 7, "full", (), "wgmma with 192-row query tiles at D = 64: three consumer warpgroups "
             "(no turns; 160 registers each, so Q is an fp16 tile in shared memory that wgmma reads), and the last "
             "wave's query tiles split into 64-row units whose three groups share the keys and merge at the end; "
+            "each group stops after the key tiles of its own rows (causal diagonals, rows past Sq); "
             "at D = 128 the `wgmma` kernel (three groups do not fit its registers)",
             archs=HOPPER_ARCHS, aligned_rows=True),
     Variant("wgmma_fp8", 7, "fast", (), "wgmma with e4m3 wgmma for QK^T straight on the codes (Q codes in "

@@ -138,6 +138,11 @@ __device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int r
   return p.is_causal ? min(p.seqlen_k, row0 + rows) : p.seqlen_k;
 }
 
+// The key tiles of block_n keys that query rows [row0, row0 + rows) attend to; none when row0 >= seqlen_q.
+__device__ __forceinline__ int key_tiles_of_rows(const AttentionParams& p, int row0, int rows, int block_n) {
+  return row0 < p.seqlen_q ? (key_end(p, row0, rows) + block_n - 1) / block_n : 0;
+}
+
 // 2^x in one MUFU instruction (exp2f adds a range fix-up for results below 2^-126, which P never needs).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;

@@ -83,16 +83,19 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // 329.5 / 301.5): there the attention kernel alone gained 2 us without the decode.
 // At D = 64 `wgmma_m192` (192-row blocks, three consumer groups, the last wave split) is ~15% faster per row in
 // the loop, but each block's fixed work grows with its rows (a fit over grids of whole waves on an H200: 1.41 us
-// per 128-key round and 5.3-5.6 us per block, against 1.10 and 3.7 us for `wgmma`), so it pays with long keys and
-// several waves. Graph us, `wgmma` / `wgmma_m192`, H200, 2026-11-21, one run: non-causal 1x16x2048x64 (176 blocks
-// of 192 rows) 42.8 / 43.5, 2x16x2048x64 (352) 83.7 / 82.8, 1x16x4096x64 (352) 151.3 / 149.5, 4x16x2048x64 (704)
-// 167-168 / 154, 1x16x8192x64 (688) 572-578 / 518-522, 4x16x1024x64 49.0 / 49.3, 8x16x1024x64 98.5 / 98.0;
-// causal 4x16x2048x64 103 / 103-104, 1x16x4096x64 84.5 / 87.1, 2x16x4096x64 (704) 167.2 / 162.4, 1x16x8192x64
-// 300-301 / 276-277, 2x16x2048x64 51.4 / 53.4, 8x16x1024x64 67.5 / 75.9: it takes two waves of 192-row blocks (on
-// 132 SMs, 264 blocks), four when causal.
+// per 128-key round and 5.3-5.6 us per block, against 1.10 and 3.7 us for `wgmma`), so it pays from two waves of
+// 192-row blocks (on 132 SMs, 264 blocks). Causal, each of its groups stops after the key tiles of its own rows, so
+// that the diagonal costs it no more tiles than `wgmma`'s 128-row blocks. Graph us, `wgmma` / `wgmma_m192`, H200,
+// 2026-11-22, one run of interleaved rounds: non-causal 1x16x1024x64 (96 blocks of 192 rows) 13.4 / 17.1,
+// 2x16x1024x64 (192) 25.3 / 31.7, 1x16x2048x64 (176) 42.4 / 42.4, 1x8x4096x64 (176) 76.5 / 75.4, 2x16x2048x64
+// (352) 83.0 / 79.9, 1x16x4096x64 (352) 150.7 / 144.7, 4x16x1024x64 (384) 49.2 / 47.3, 8x16x1024x64 (768)
+// 98.4 / 94.7, 4x16x2048x64 (704) 165.9 / 148.5; causal 1x16x1024x64 13.5 / 16.6, 2x16x1024x64 18.4 / 20.0,
+// 1x8x2048x64 (88) 22.1 / 26.5, 1x16x2048x64 26.7 / 27.1, 1x8x4096x64 43.0 / 49.7, 2x16x2048x64 51.3 / 49.0,
+// 1x16x4096x64 84.4 / 80.1, 4x16x1024x64 34.4 / 32.9, 8x16x1024x64 68.0 / 66.1, 4x16x2048x64 102.1 / 94.2,
+// 1x16x8192x64 (688) 300.8 / 263.4.
 bool three_groups_pay(const AttentionParams& p, int sms) {
   const int64_t waves = attention_blocks(p, 192) / std::max(sms, 1);
-  return p.head_dim == 64 && (p.is_causal ? p.seqlen_k >= 4096 && waves >= 4 : p.seqlen_k >= 2048 && waves >= 2);
+  return p.head_dim == 64 && waves >= 2;
 }
 
 // `fp8_split` beats the Hopper kernels at every key length while its 32-row blocks fit in one wave: their 128-row
@@ -175,8 +178,8 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // The fast tier swaps in `wgmma_fp8` wherever auto takes `wgmma` or `wgmma+predecode` (same archs and input
 // requirements; H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128 917.5 against 1441.0 us,
 // 4x16x2048x64 214.9 against 228.2 us; at 1x16x8192x128 `wgmma_fp8` 738.2 against 744.1 us for
-// `wgmma+predecode`). Where auto takes `wgmma_m192` it keeps it: 154 against 163.7 us for `wgmma_fp8` at
-// 4x16x2048x64.
+// `wgmma+predecode`). Where auto takes `wgmma_m192` it keeps it: 148.5 against 165.6 us for `wgmma_fp8` at
+// 4x16x2048x64, causal 94.2 against 99.7; closest at causal 8x16x1024x64, 66.1 against 65.6 (2026-11-22).
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
   const bool full_tier_wgmma =

@@ -12,8 +12,8 @@
 //              them (kv_decode_ahead.cuh): 5.9 us of pass and 210.1 of attention there, against 28.8 us for a pass
 //              over every head. It pays where a kv head has many query rows (attention_dispatch.cu).
 //   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
-//              shared memory, and the last wave split (WgmmaJob): 4x16x2048x64 154 against 167-168 us, 1x16x8192x64
-//              518-522 against 572-578 (H200, same runs).
+//              shared memory, the last wave split (WgmmaJob), and each group stopping after its own rows' key tiles
+//              (kGroupTiles): 4x16x2048x64 148.5 against 165.9 us, causal 94.2 against 102.1 (H200, same run).
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -79,6 +79,11 @@ struct WgmmaConfig {
   static constexpr bool kTurns = kConsumerGroups == 2;
   static constexpr bool kQInSmem = kConsumerGroups == 3;
   static constexpr bool kSplitTail = kConsumerGroups == 3;
+  // Each group stops after the key tiles of its own 64 rows (consume_tiles), where the block's tile count is that
+  // of its last row: 192 rows span one and a half 128-key tiles, so on a causal diagonal the first group needs one
+  // tile fewer than the last, and a group whose rows all lie past seqlen_q needs none. With turns a group could
+  // not stop before the other.
+  static constexpr bool kGroupTiles = !kTurns;
   static constexpr int kBlockM = 64 * kConsumerGroups;
   static constexpr int kBlockN = 128;
   static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
@@ -587,7 +592,10 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
                                               const WgmmaJob& job, int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp / 4;
+  // The group through a shuffle, which tells ptxas that it is the same across the warp: values derived from it
+  // (group_tiles) may then sit in uniform registers, and the three-group consumers fit their 160 registers (with
+  // warp / 4 they spilled 20 bytes).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = __shfl_sync(0xFFFFFFFFu, warp / 4, 0);
   const HeadCoords& c = job.c;
   const bool split = Cfg::kSplitTail && job.split;
   const int q_row0 = split ? 0 : 64 * group;  // the group's rows in the job's
@@ -601,6 +609,8 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       return;
     }
   }
+  // The tiles this group multiplies: the block's first group_tiles; the producers still load all `tiles`.
+  const int group_tiles = Cfg::kGroupTiles ? key_tiles_of_rows(p, job.row0 + q_row0, 64, kN) : tiles;
   // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier.
   auto wait_for_tile = [&](int tile, int slot) {
     if constexpr (Cfg::kPredecoded) {
@@ -621,6 +631,20 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   auto pass_turn = [&] {
     if constexpr (Cfg::kTurns) barrier_arrive(Bars::turn(1 - group), Bars::kGroupPair);
   };
+  // Lets the producers past tile `tile`, which the group leaves out (from group_tiles on): its FULL taken, its
+  // codes and its fp16 slot freed.
+  auto skip_tile = [&](int tile) {
+    const int slot = tile % Cfg::kStages;
+    wait_for_tile(tile, slot);
+    free_codes(tile, slot);
+    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+  };
+  if constexpr (Cfg::kGroupTiles) {
+    if (group_tiles == 0) {  // rows past seqlen_q only: no wgmma at all
+      for (int tile = 0; tile < tiles; ++tile) skip_tile(tile);
+      return;
+    }
+  }
   if (group == 1) pass_turn();  // group 0 issues first
 
   float s[kN / 8][4];      // S of the current tile
@@ -639,7 +663,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   free_codes(0, 0);
   w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
   int slot = 0;  // tile % kStages, counted rather than divided
-  for (int tile = 1; tile < tiles; ++tile) {
+  for (int tile = 1; tile < group_tiles; ++tile) {
     const int prev = slot;
     slot = slot + 1 == Cfg::kStages ? 0 : slot + 1;
     w.convert_q();
@@ -682,7 +706,15 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   if (group == 0) pass_turn();  // group 1 takes its last turn after this; nobody waits for one more
   wgmma_wait<0>();
   pin_registers(w.o);
+  if constexpr (Cfg::kGroupTiles) {
+    if (Bars::refilled(group_tiles - 1, tiles)) {
+      barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+    }
+  }
   w.template store_output<OutT>(p, c, lane);
+  if constexpr (Cfg::kGroupTiles) {
+    for (int tile = group_tiles; tile < tiles; ++tile) skip_tile(tile);
+  }
 }
 
 // Blocks from split_from on are split units (WgmmaJob); split_from is the block count when there are none.
@@ -702,7 +734,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Launched as a programmatic dependent launch after the decode pass (kv_to_half.cu), which wrote K and V.
   if constexpr (Cfg::kPredecoded) wait_for_previous_grids();
   const HeadCoords& c = job.c;
-  const int tiles = (key_end(p, c.tile * Cfg::kBlockM, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int tiles = key_tiles_of_rows(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (Cfg::kPredecoded) {
