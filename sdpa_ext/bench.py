@@ -3,6 +3,7 @@
     python -m sdpa_ext.bench                                  # preset 'mission': 1x8x512x64
     python -m sdpa_ext.bench --preset sweep --json r.json --plot r.png
     python -m sdpa_ext.bench --shape 4,16,2048,128 --causal --variant auto --variant pipe3+swizzle
+    python -m sdpa_ext.bench --preset targets --variant auto --rounds 5     # medians over 5 interleaved passes
 
 Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
 end-to-end drop-in from fp16/bf16, and every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
@@ -15,6 +16,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from contextlib import nullcontext
@@ -47,6 +49,16 @@ def parse_shape(text):
     return dims
 
 
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--rounds takes a positive integer, got {text!r}")
+    return value
+
+
 def sdpa_backend_context(name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -77,10 +89,12 @@ def input_sets(shape, dtype, device):
 
 
 class ShapeBench:
-    """Times every row for one (shape, causal, dtype)."""
+    """Times every row for one (shape, causal, dtype), in `rounds` passes over the rows (see run)."""
 
-    def __init__(self, shape, is_causal, dtype, device, max_ms):
+    def __init__(self, shape, is_causal, dtype, device, max_ms, rounds=1):
         self.shape, self.is_causal, self.dtype, self.device, self.max_ms = shape, is_causal, dtype, device, max_ms
+        self.rounds = rounds
+        self.timed_rows = []  # (row, fn) of every row that was timed, for the later rounds
         self.sets = input_sets(shape, dtype, device)
         self.quantized = [[x for t in s for x in sdpa_ext.quantize_fp8(t)] for s in self.sets]
         q, k, v = self.sets[0]
@@ -100,9 +114,12 @@ class ShapeBench:
                 row.update(skipped=f"one call took {call_us / 1e3:.0f} ms > --max-ms {self.max_ms}")
                 self.rows.append(row)
                 return
+            row["call_us"] = call_us
             row["graph"] = timing.time_cuda_graph(fn, call_us)
             row["events"] = timing.time_cuda_events(fn, call_us)
             row["time_us"] = row["graph"]["median_us"]
+        row["rounds_us"] = [row["time_us"]]
+        self.timed_rows.append((row, fn))
         if out is not None:  # an attention output: FLOP rate and accuracy against SDPA in fp32
             row.update(accuracy(out, self.reference), tflops=self.flops / row["time_us"] / 1e6)
         self.rows.append(row)
@@ -126,7 +143,16 @@ class ShapeBench:
                 return F.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)
         return call
 
+    def retime(self, row, fn):
+        """One more reading of a timed row: CUDA-graph replay on the GPU, the host clock on the CPU."""
+        if self.device == "cpu":
+            return timing.time_cpu(fn)["median_us"]
+        return timing.time_cuda_graph(fn, row["call_us"])["median_us"]
+
     def run(self, variants):
+        """Times every row once, then rounds - 1 more times over all rows, in reverse order every other round, so
+        that a drift of the GPU's clock during the run weighs on every row alike; each row's time is its median
+        over the rounds, and the ratios compare those."""
         for variant in variants:
             self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
         self.add("sdpa_ext quantize q,k,v", "quantize", self.quantize)
@@ -137,6 +163,13 @@ class ShapeBench:
             except RuntimeError:  # backend not available for this shape/dtype/GPU
                 continue
             self.add(f"torch sdpa {backend}", "sdpa", self.sdpa(backend), out)
+        for round_index in range(1, self.rounds):
+            for row, fn in self.timed_rows[::-1] if round_index % 2 else self.timed_rows:
+                row["rounds_us"].append(self.retime(row, fn))
+        for row, _ in self.timed_rows:
+            row["time_us"] = statistics.median(row["rounds_us"])
+            if "tflops" in row:
+                row["tflops"] = self.flops / row["time_us"] / 1e6
         timed = [r for r in self.rows if "time_us" in r]
         best = min((r["time_us"] for r in timed if r["kind"] == "sdpa"), default=None)
         for r in timed:
@@ -168,10 +201,11 @@ def markdown(result, device):
             lines.append(f"| {r['name']} | skipped: {r['skipped']} | | | | | | | |")
             continue
         events = f"{r['events']['median_us']:.1f} ({r['events']['p90_us']:.1f})" if "events" in r else "-"
+        spread = f" [{min(r['rounds_us']):.1f}-{max(r['rounds_us']):.1f}]" if len(r["rounds_us"]) > 1 else ""
         ratio = f"{r['vs_best_sdpa']:.2f}x" if r["vs_best_sdpa"] else "-"
         quality = (f"{r['tflops']:.1f} | {ratio} | {r['max_abs']:.4f} | {r['mean_abs']:.4f} | {r['cosine']:.5f} | "
                    f"{r['sqnr_db']:.1f}") if "tflops" in r else f"- | {ratio} | - | - | - | -"
-        lines.append(f"| {r['name']} | {r['time_us']:.1f} | {events} | {quality} |")
+        lines.append(f"| {r['name']} | {r['time_us']:.1f}{spread} | {events} | {quality} |")
     return "\n".join(lines)
 
 
@@ -226,6 +260,8 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=sorted(DTYPES), action="append", help="fp16 and/or bf16 (default fp16)")
     parser.add_argument("--variant", action="append", help="variant to time (repeatable; default: auto and all)")
     parser.add_argument("--max-ms", type=float, default=100.0, help="skip a row whose single call takes longer")
+    parser.add_argument("--rounds", type=positive_int, default=1,
+                        help="time every row this many times, alternating the order; report medians [min-max]")
     parser.add_argument("--json", type=Path, help="write the results (with GPU, torch, CUDA, commit) here")
     parser.add_argument("--plot", type=Path, help="write a PNG of TFLOP/s against sequence length here")
     args = parser.parse_args(argv)
@@ -242,7 +278,7 @@ def main(argv=None):
     jobs = [(shape, DTYPES[d]) for shape in shapes for d in (args.dtype or ["fp16"])]
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
-        results.append(ShapeBench(shape, args.causal, dtype, device, args.max_ms).run(variants))
+        results.append(ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds).run(variants))
         if cuda:
             torch.cuda.empty_cache()  # the next shape's input sets may be larger
     for result in results:

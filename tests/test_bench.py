@@ -8,6 +8,20 @@ from conftest import requires_cuda
 from sdpa_ext import bench
 
 
+def test_rounds_must_be_positive():
+    for bad in ("0", "-2", "x"):
+        with pytest.raises(SystemExit):
+            bench.main(["--rounds", bad])
+
+
+def test_rounds_report_the_median_of_every_pass(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    report = run_bench(tmp_path, "--rounds", "3")
+    for row in report["results"][0]["rows"]:
+        assert len(row["rounds_us"]) == 3
+        assert row["time_us"] == sorted(row["rounds_us"])[1]
+
+
 def test_parse_shape_rejects_bad_input():
     assert bench.parse_shape("1,8,512,64") == (1, 8, 512, 64)
     for bad in ("1,8,512", "1,8,x,64", "1,0,4,64"):
