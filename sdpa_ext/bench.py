@@ -30,6 +30,7 @@ from sdpa_ext import timing
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
+WARM_UP_S = 2.0  # of the first variant on each shape, before its rows are timed (timing.warm_up_cuda)
 PRESETS = {
     "mission": [(1, 8, 512, 64)],
     "seeds": [(1, 2, 64, 64), (1, 4, 128, 64), (1, 8, 512, 64), (2, 2, 64, 64), (2, 8, 256, 64), (1, 8, 2048, 64)],
@@ -152,7 +153,10 @@ class ShapeBench:
     def run(self, variants):
         """Times every row once, then rounds - 1 more times over all rows, in reverse order every other round, so
         that a drift of the GPU's clock during the run weighs on every row alike; each row's time is its median
-        over the rounds, and the ratios compare those."""
+        over the rounds, and the ratios compare those. On the GPU the first variant runs for WARM_UP_S before
+        any timing (timing.warm_up_cuda)."""
+        if self.device == "cuda" and variants:
+            timing.warm_up_cuda(self.kernel(variants[0]), WARM_UP_S)
         for variant in variants:
             self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
         self.add("sdpa_ext quantize q,k,v", "quantize", self.quantize)

@@ -34,6 +34,22 @@ def time_cpu(fn: Callable[[int], object]) -> Dict[str, float]:
     return _summary(samples)
 
 
+def warm_up_cuda(fn: Callable[[int], object], seconds: float) -> None:
+    """Calls fn for `seconds` of wall time, so that the timings after it find the GPU at its sustained clock.
+
+    An idle H200 starts a heavy kernel at 1980 MHz and, once its 700 W power limit engages about a second later,
+    runs it at 1600-1800 MHz (nvidia-smi, 4x16x2048x128 attention, 2026-11-22): rows timed during that ramp read
+    up to 20% faster than the rows after them.
+    """
+    start = time.perf_counter()
+    i = 0
+    while time.perf_counter() - start < seconds:
+        for _ in range(8):
+            fn(i)
+            i += 1
+        torch.cuda.synchronize()
+
+
 def probe_cuda_us(fn: Callable[[int], object]) -> float:
     """Per-call time of one warmed-up call, with events: sizes the timed loops and screens out slow rows."""
     fn(0)
