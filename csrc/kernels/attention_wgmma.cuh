@@ -625,6 +625,10 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
     }
   };
+  // Lets the producers refill the slot of a tile once its P V is done (they wait only for the slots they refill).
+  auto free_halves = [&](int tile, int slot) {
+    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+  };
   auto take_turn = [&] {
     if constexpr (Cfg::kTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
   };
@@ -637,7 +641,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
     const int slot = tile % Cfg::kStages;
     wait_for_tile(tile, slot);
     free_codes(tile, slot);
-    if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+    free_halves(tile, slot);
   };
   if constexpr (Cfg::kGroupTiles) {
     if (group_tiles == 0) {  // rows past seqlen_q only: no wgmma at all
@@ -683,9 +687,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       wgmma_wait<0>();
       pin_registers(a);  // read by that P V until here: no other value may take their registers before
       pin_registers(w.o);
-      if (Bars::refilled(tile - 1, tiles)) {
-        barrier_arrive(Bars::halves_free(prev), Bars::slot_users(Cfg::kConsumerThreads));
-      }
+      free_halves(tile - 1, prev);
       rescale_rows(w.o, correction);
     };
     if constexpr (Cfg::kLatePack) {
@@ -706,11 +708,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   if (group == 0) pass_turn();  // group 1 takes its last turn after this; nobody waits for one more
   wgmma_wait<0>();
   pin_registers(w.o);
-  if constexpr (Cfg::kGroupTiles) {
-    if (Bars::refilled(group_tiles - 1, tiles)) {
-      barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
-    }
-  }
+  if constexpr (Cfg::kGroupTiles) free_halves(group_tiles - 1, slot);  // otherwise the block's last tile
   w.template store_output<OutT>(p, c, lane);
   if constexpr (Cfg::kGroupTiles) {
     for (int tile = group_tiles; tile < tiles; ++tile) skip_tile(tile);
