@@ -151,32 +151,40 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 // Online-softmax state of one query row, in log2 units: scores are pre-multiplied by scale * log2(e).
-struct RowSoftmax {
+// P = exp2(score - max + kScaleLog2): kernels that cast P to E4M3 (largest value 448) scale it by 2^kScaleLog2, so
+// that the P of most keys lands among E4M3's normal values (from 2^-6) rather than its subnormals; out (O over the
+// sum of the same P) is unchanged and lse takes the scale back out.
+template <int kScaleLog2>
+struct ScaledRowSoftmax {
   // The running max moves only when a tile's max exceeds it by more than kMaxSlack: after the first tiles most
-  // leave it, and so the O accumulators, alone (correction 1). P = exp2(score - max) then stays below
-  // 2^kMaxSlack = 256, where fp16 is exactly as precise as below 1; O and the sum stay consistent with `max`, so
-  // out and lse are the same softmax.
-  static constexpr float kMaxSlack = 8.0f;
-  static constexpr float kMaxProbability = 1 << static_cast<int>(kMaxSlack);  // P of a tile that keeps the max
+  // leave it, and so the O accumulators, alone (correction 1). P then stays below 2^(kMaxSlack + kScaleLog2) =
+  // 256, where fp16 is exactly as precise as below 1 and E4M3 has room; O and the sum stay consistent with `max`,
+  // so out and lse are the same softmax.
+  static constexpr float kMaxSlack = 8.0f - kScaleLog2;
+  static constexpr float kMaxProbability = 256.0f;  // P of a tile that keeps the max
   float max = -INFINITY;
   float sum = 0.0f;
 
+  // The exp2 offset of a tile that keeps the max (a row with a max).
+  __device__ __forceinline__ float offset() const { return max - kScaleLog2; }
   // Folds in a tile whose row maximum is tile_max; returns the factor that rescales the old accumulator
   // and the offset that the tile's exp2 arguments subtract. A row with nothing visible yet keeps max = -inf
-  // and uses offset 0, so exp2(-inf - 0) = 0 instead of NaN.
+  // and a finite offset, so exp2(-inf - offset) = 0 instead of NaN.
   __device__ __forceinline__ float rescale(float tile_max, float* offset) {
     if (!(tile_max > max + kMaxSlack)) {
-      *offset = max == -INFINITY ? 0.0f : max;
+      *offset = max == -INFINITY ? -kScaleLog2 : this->offset();
       return 1.0f;
     }
     const float correction = exp2f(max - tile_max);
-    *offset = max = tile_max;
+    max = tile_max;
+    *offset = this->offset();
     sum *= correction;
     return correction;
   }
   // Natural-log logsumexp of the row's scaled scores.
-  __device__ __forceinline__ float lse() const { return (max + log2f(sum)) * kLn2; }
+  __device__ __forceinline__ float lse() const { return (max - kScaleLog2 + log2f(sum)) * kLn2; }
 };
+using RowSoftmax = ScaledRowSoftmax<0>;
 
 // Sets the dynamic shared memory limit of `kernel` and launches it on `grid` with the given arguments; with
 // `overlap` (sm_90 only) as a programmatic dependent launch: the kernel's blocks may start while the previous

@@ -66,18 +66,17 @@ int multiprocessor_count() {
 }
 
 // Code boxes of kv_rows x D: k in the 64- or 128-byte swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k),
-// v plain.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps) {
-  const CUtensorMapSwizzle k_swizzle = !swizzle_k           ? CU_TENSOR_MAP_SWIZZLE_NONE
-                                       : p.head_dim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                                           : CU_TENSOR_MAP_SWIZZLE_64B;
+// v in the same swizzle for the producers' transpose (swizzle_v, transpose_v_tile) or plain.
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, bool swizzle_v, WgmmaMaps* maps) {
+  const CUtensorMapSwizzle rows_swizzle = p.head_dim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+  const CUtensorMapSwizzle k_swizzle = swizzle_k ? rows_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE;
   cudaError_t err = encode_tile_map(&maps->k, {p.k, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim,
                                                p.k_batch_stride, p.k_head_stride, p.k_row_stride, kv_rows,
                                                p.head_dim, k_swizzle});
   if (err == cudaSuccess) {
     err = encode_tile_map(&maps->v, {p.v, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
                                      p.v_head_stride, p.v_row_stride, kv_rows, p.head_dim,
-                                     CU_TENSOR_MAP_SWIZZLE_NONE});
+                                     swizzle_v ? rows_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE});
   }
   return err;
 }
@@ -90,7 +89,10 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
   maps->plan = plan_kv_decode(p, blocks_per_kv_head, kv_rows, multiprocessor_count());
   if (cudaError_t err = launch_kv_to_half(p, maps->plan, stream); err != cudaSuccess) return err;
   WgmmaMaps codes;
-  if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, &codes); err != cudaSuccess) return err;
+  if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, /*swizzle_v=*/false, &codes);
+      err != cudaSuccess) {
+    return err;
+  }
   maps->k_codes = codes.k;
   maps->v_codes = codes.v;
   const int64_t row = p.head_dim, head = row * p.seqlen_k, batch = head * p.heads_kv;
@@ -121,6 +123,9 @@ cudaError_t launch_wgmma_fp8(const AttentionParams& p, cudaStream_t s) {
 }
 cudaError_t launch_wgmma_m192(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<false, false, 3>>(p, s);
+}
+cudaError_t launch_wgmma_fp8_fp8_pv(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<true, false, 2, true>>(p, s);
 }
 
 }  // namespace sdpa

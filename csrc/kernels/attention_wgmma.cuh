@@ -4,6 +4,7 @@
 //   wgmma_fp8  fast tier: S = Q K^T by e4m3 wgmma straight on the codes; the Hopper FP8 tensor cores sum with
 //              about 14 significant bits (lse off by up to 1.0e-3, by 1.5 at |lse| ~ 4000, and by 1.2e-3 of |lse|
 //              where every product is positive; fp32 sums stay under 5.6e-4 and 5.0e-4)
+//   wgmma_fp8+fp8_pv  O += P V by e4m3 wgmma too (kFp8Output): P cast to E4M3, V codes transposed by the producers
 //   wgmma+predecode  `wgmma` on fp16 copies of K and V (kv_to_half.h): TMA lands them in the ring as they are, so
 //              no block decodes its own tiles, one producer warp starts the copies and the consumers wait on the
 //              copies' mbarriers. Every query block of a head decoded all of its keys before; at 4x16x2048x128 the
@@ -25,7 +26,8 @@
 //                  softmax     in registers: wgmma's accumulators are, per warp, the m16n8 C layout of 16 rows,
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
-// P stays fp16. Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats), P
+//                              (fp8_pv: m64nDk32 e4m3 on P's E4M3 fragments and the transposed V codes)
+// P stays fp16 (but for fp8_pv). Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats), P
 // (kBlockN / 4 words for the tile whose P V runs, and as many for the tile in the softmax without kLatePack), Q
 // (D / 4 words of fp16 or D / 8 of codes) and O (D / 2 floats) per thread.
 //
@@ -33,7 +35,8 @@
 //   slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K), then the mbarriers of the TMA copies. fp16 tiles
 //   are D / 64 panels of [rows][64 dims] with the 128-byte swizzle (chunk ^ row % 8): K-major for K, N-major for
 //   V. For `wgmma_fp8` the TMA writes K codes in wgmma's 64- or 128-byte swizzle of D-byte rows
-//   (SwizzledCodeLayout); V codes are plain.
+//   (SwizzledCodeLayout); V codes are plain, or for fp8_pv in K's swizzle, and the slot's third tile is their
+//   transpose [D][kBlockN] instead of fp16 V.
 // The copies use TMA rather than cp.async because the proxy fence that must follow cp.async before wgmma may read
 // the data (MEMBAR.ALL.CTA in SASS) waits for every copy still in flight: with cp.async the ring never held more
 // than one tile in flight and wgmma_fp8 took 401 us at 4x16x2048x128, 331 us with the V decode removed and 244 us
@@ -51,10 +54,23 @@
 
 namespace sdpa {
 
-template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false, int kConsumerGroups_ = 2>
+template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false, int kConsumerGroups_ = 2,
+          bool kFp8Output_ = false>
 struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kFp8Scores = kFp8Scores_;
+  // wgmma_fp8+fp8_pv: O += P V by e4m3 wgmma as well, on P cast to E4M3 and on V codes that the producers
+  // transpose into the K-major B operand (transpose_v_tile) instead of decoding V to fp16. P is scaled by 2^4
+  // before the cast (ScaledRowSoftmax): more P land on E4M3's normal values (from 2^-6) instead of its subnormals,
+  // and with the row max's slack cut from 8 to 4 no P exceeds 256. H200, 2026-11-22, interleaved graph us against
+  // wgmma_fp8 (fp16 P V): 196.2 / 204.3 at 4x16x2048x128, 695.9 / 723.1 at 1x16x8192x128, causal 119.7 / 125.4 and
+  // 367.6 / 384.3, 165.0 / 167.2 at 4x16x2048x64. Halving the tensor work of P V gains little because the
+  // consumers' chain per tile (Q K^T latency, the softmax's 64 MUFU.EX2 per thread, the waits) sets the pace, not
+  // the tensor pipe. Output SQNR against float64 falls from 55-73 dB to 31-44 dB (E4M3 keeps 3 mantissa bits of
+  // each P); the 2^4 scale adds 2.5-3.3 dB where rows are peaked (scores scaled by 8 or 30) and nothing elsewhere.
+  static constexpr bool kFp8Output = kFp8Output_;
+  static_assert(!kFp8Output || kFp8Scores, "the fast tier only");
+  using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
   // K and V arrive as fp16 by TMA, decoded beforehand by kv_to_half.cu: no codes in shared memory, nothing for the
   // producers to decode (`wgmma+predecode`).
   static constexpr bool kPredecoded = kPredecoded_;
@@ -108,7 +124,10 @@ struct WgmmaConfig {
   static constexpr int kCodeTileBytes = kPredecoded ? 0 : kBlockN * kHeadDim;
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
-  static constexpr int kSlotBytes = (kSplitRings ? 0 : 2 * kCodeTileBytes) + (kFp8Scores ? 1 : 2) * kHalfTileBytes;
+  static constexpr int kSlotBytes = (kSplitRings ? 0 : 2 * kCodeTileBytes) +
+                                    (kFp8Output ? kCodeTileBytes : (kFp8Scores ? 1 : 2) * kHalfTileBytes);
+  // The A fragments of P V: E4M3 codes for k32 steps, or fp16 for k16 steps.
+  using Probabilities = std::conditional_t<kFp8Output, uint32_t[kBlockN / 32][4], uint32_t[kBlockN / 16][4]>;
   static constexpr int kRingBytes = (kSplitRings ? 2 * kCodeTileBytes : 0) + kStages * kSlotBytes;
   // Rows per batch of the producers' decode (decode_tile). H200, graph us at 4x16x2048x128 / 1x16x8192x128,
   // one run: `wgmma` 321 / 1187 with one row at a time, 289 / 1030 with 4; `wgmma_fp8`, which decodes only V,
@@ -126,9 +145,10 @@ struct WgmmaConfig {
   static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kAheadBufferBytes + kQTileBytes + kPartialBytes +
                                     kBarrierBytes;  // + aligning the base
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer. Three
-  // groups: 384 x 160 + 128 x 32 = 65536.
-  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160 : kPredecoded ? 240 : 232;
-  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : 40;
+  // groups: 384 x 160 + 128 x 32 = 65536. fp8_pv: 256 x 216 + 128 x 72, the consumers' P fragments being half the
+  // size and the producers' transpose spilling 120 bytes at 40.
+  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160 : kPredecoded ? 240 : kFp8Output ? 216 : 232;
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : kFp8Output ? 72 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
@@ -165,6 +185,7 @@ struct WgmmaSmem {
                             : reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
   }
   __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
+  __device__ uint8_t* v_transposed(int slot) const { return v_codes(slot) + Cfg::kCodeTileBytes; }  // kFp8Output
   __device__ uint8_t* ahead_codes() const { return base + Cfg::kRingBytes; }  // two buffers
   __device__ __half* q_halves() const {
     return reinterpret_cast<__half*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes);
@@ -278,6 +299,62 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
   }
 }
 
+// The B operand of the E4M3 P V (kFp8Output): the V codes of a tile, [kBlockN keys][D] as TMA lands them
+// (SwizzledCodeLayout<D>), transposed to [D][kBlockN] (SwizzledCodeLayout<kBlockN>, K-major for wgmma) with the
+// keys of each 16 in the order of P's fragments (key_of_position).
+// A thread moves blocks of 4 keys x 4 dims: a word of 4 dims from each of the 4 keys at positions 4c..4c + 3 of a
+// 16-key group, then by byte permutes one word of those 4 positions for each dim. Lane l takes c = l % 4 and the
+// dim word 8 (warp % kDimBlocks) + l / 4, so that a warp's loads read 8 chunks x 4 words of distinct banks (at
+// D = 128; at D = 64 two rows share a 128-byte line: 2-way). Its store s writes dim j = (s + l / 8) % 4 of its
+// word: rotated per lane, so that the 8 rows of V^T that one store instruction reaches have 8 different n % 8,
+// which the swizzle spreads over all 32 banks.
+template <class Cfg>
+__device__ __forceinline__ void transpose_v_tile(const uint8_t* codes, uint8_t* transposed, int tid) {
+  constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
+  constexpr int kDimBlocks = kD / 32;               // blocks of 8 dim words (32 dims), one per warp and step
+  constexpr int kGroupsPerStep = 4 / kDimBlocks;    // 16-key groups the 4 warps take per step
+  constexpr int kSteps = kN / 16 / kGroupsPerStep;  // steps per thread
+  constexpr int kBatch = 2;                         // steps whose loads go out before their stores
+  static_assert(Cfg::kProducerThreads == 128 && kN == 128 && kSteps % kBatch == 0, "4 warps, 128-byte rows");
+  using CodeLayout = SwizzledCodeLayout<kD>;
+  using TransposedLayout = SwizzledCodeLayout<kN>;
+  const int warp = tid / 32, lane = tid % 32, c = lane % 4;
+  const int dim0 = 4 * (8 * (warp % kDimBlocks) + lane / 4);
+  const int group0 = warp / kDimBlocks;  // the thread's group in step `step`: step * kGroupsPerStep + group0
+  int load[4];      // code offsets of its 4 keys in the first step
+  uint32_t pick[4];  // byte selectors of the dim j of store s
+  int dim[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    load[i] = CodeLayout::offset(16 * group0 + key_of_position(4 * c + i), dim0);
+    const int j = (i + lane / 8) % 4;
+    pick[i] = j | (4 + j) << 4;
+    dim[i] = dim0 + j;
+  }
+#pragma unroll
+  for (int step0 = 0; step0 < kSteps; step0 += kBatch) {
+    uint32_t words[kBatch][4];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        words[b][i] = *reinterpret_cast<const uint32_t*>(codes + load[i] + (step0 + b) * kGroupsPerStep * 16 * kD);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int group = (step0 + b) * kGroupsPerStep + group0;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t keys01 = __byte_perm(words[b][0], words[b][1], pick[s]);
+        const uint32_t keys23 = __byte_perm(words[b][2], words[b][3], pick[s]);
+        *reinterpret_cast<uint32_t*>(transposed + TransposedLayout::offset(dim[s], 16 * group + 4 * c)) =
+            __byte_perm(keys01, keys23, 0x5410);
+      }
+    }
+  }
+}
+
 // The producer warpgroup: per tile the K and V codes by TMA, decoded to fp16. With a slot of codes per fp16 slot
 // the copies run kStages - 1 tiles ahead and a code slot is refilled once the consumers' Q K^T of its tile is done
 // (wgmma_fp8 reads the K codes), so the copy into it starts after the next tile is decoded; with kSplitRings the
@@ -317,7 +394,11 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
     if (Bars::refilled(tile - Cfg::kStages, tiles)) {
       barrier_sync(Bars::halves_free(slot), Bars::slot_users(consumers));
     }
-    decode_tile<Cfg, kN>(smem.v_codes(code_slot), smem.v_halves(slot), tid);
+    if constexpr (Cfg::kFp8Output) {
+      transpose_v_tile<Cfg>(smem.v_codes(code_slot), smem.v_transposed(slot), tid);
+    } else {
+      decode_tile<Cfg, kN>(smem.v_codes(code_slot), smem.v_halves(slot), tid);
+    }
     if constexpr (!Cfg::kFp8Scores) decode_tile<Cfg, kN>(smem.k_codes(code_slot), smem.k_halves(slot), tid);
     fence_proxy_async();  // this thread's st.shared of the fp16 tiles before wgmma reads them
     if (split) {
@@ -391,11 +472,11 @@ __device__ __forceinline__ void decode_q_tile(const WgmmaSmem<Cfg>& smem, const 
 
 // One warp of a consumer warpgroup: its 16 query rows of the group's 64 (the softmax state of FragmentRows).
 template <class Cfg>
-struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
+struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   static constexpr int kQSteps = Cfg::kFp8Scores ? kD / 32 : kD / 16;  // k32 steps of codes or k16 of fp16
   static constexpr int kQWords = Cfg::kQCodesForHalves ? 2 : 4;
-  using FragmentRows<kD / 8>::o;
+  using FragmentRows<kD / 8, typename Cfg::Softmax>::o;
   // The warp's 16 rows of Q: A fragments of E4M3 codes (wgmma_fp8) or fp16 (wgmma), or with kQCodesForHalves the
   // codes of the fp16 fragments (load_half_q_codes), converted into q_halves before each Q K^T.
   struct NoFragments {};
@@ -411,6 +492,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   static constexpr uint32_t kSlotUnits = Cfg::kSlotBytes / 16;
   static constexpr uint64_t kHalfHigh = descriptor_high(1024, 128);
   static constexpr uint64_t kKHigh = Cfg::kFp8Scores ? descriptor_high(8 * kD, kD) : kHalfHigh;
+  static constexpr uint64_t kVHigh = Cfg::kFp8Output ? descriptor_high(8 * kN, kN) : kHalfHigh;
 
   // Q of the warp's rows, from global memory. In registers it spares the tensor cores shared-memory reads at every
   // tile, and the producers a load or decode at the start of every block. (wgmma_fp8 with Q codes in shared
@@ -434,7 +516,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
   __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem, int q_row0) {
     if constexpr (Cfg::kQInSmem) q_desc = descriptor_low(smem.q_halves() + q_row0 * kD, 16);
     k_desc0 = descriptor_low(Cfg::kFp8Scores ? static_cast<const void*>(smem.k_codes(0)) : smem.k_halves(0), 16);
-    v_desc0 = descriptor_low(smem.v_halves(0), Cfg::kPanelBytes);
+    v_desc0 = Cfg::kFp8Output ? descriptor_low(smem.v_transposed(0), 16)
+                              : descriptor_low(smem.v_halves(0), Cfg::kPanelBytes);
   }
 
   // With kQCodesForHalves, the fp16 fragments of Q for the next issue_scores; before its wgmma_fence, since
@@ -454,7 +537,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     const uint32_t q_tile = tied_to(q_desc, slot);
     if constexpr (Cfg::kFp8Scores) {
 #pragma unroll
-      for (int ks = 0; ks < kQSteps; ++ks) wgmma_m64n128k32_e4m3(s, q[ks], kKHigh | (k_desc + 2 * ks), ks > 0);
+      for (int ks = 0; ks < kQSteps; ++ks) wgmma_e4m3_rs(s, q[ks], kKHigh | (k_desc + 2 * ks), ks > 0);
     } else {
 #pragma unroll
       for (int ks = 0; ks < kQSteps; ++ks) {
@@ -489,12 +572,17 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8> {
     }
   }
 
-  // Starts O += P V for the slot's tile (one commit group); a k16 step is 16 keys = 2048 bytes, 128 descriptor
-  // units.
-  __device__ void issue_output(const uint32_t (&a)[kN / 16][4], int slot) {
+  // Starts O += P V for the slot's tile (one commit group). fp16 V N-major: a k16 step is 16 keys = 2048 bytes,
+  // 128 descriptor units. Transposed V codes (kFp8Output): a k32 step is 32 bytes of its 128-byte rows.
+  __device__ void issue_output(const typename Cfg::Probabilities& a, int slot) {
     const uint32_t v_desc = v_desc0 + slot * kSlotUnits;
+    if constexpr (Cfg::kFp8Output) {
 #pragma unroll
-    for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], kHalfHigh | (v_desc + 128 * kt), true);
+      for (int kt = 0; kt < kN / 32; ++kt) wgmma_e4m3_rs(o, a[kt], kVHigh | (v_desc + 2 * kt), true);
+    } else {
+#pragma unroll
+      for (int kt = 0; kt < kN / 16; ++kt) wgmma_f16_rs<true>(o, a[kt], kHalfHigh | (v_desc + 128 * kt), true);
+    }
     wgmma_commit();
   }
 
@@ -556,7 +644,7 @@ __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, 
   const int slot = group;
   for (int tile = group; tile < tiles; tile += Cfg::kConsumerGroups) {
     float s[kN / 8][4];
-    uint32_t a[kN / 16][4];
+    typename Cfg::Probabilities a;
     barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
     wgmma_fence();
     w.issue_scores(s, slot);
@@ -652,7 +740,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   if (group == 1) pass_turn();  // group 0 issues first
 
   float s[kN / 8][4];      // S of the current tile
-  uint32_t a[kN / 16][4];  // P of the previous tile, the A fragments of its P V
+  typename Cfg::Probabilities a;  // P of the previous tile, the A fragments of its P V
   // Each wgmma issue unconditional in its own straight code: ptxas serialized every wgmma of the kernel after one
   // issued under a condition (nvcc 13.0).
   w.convert_q();
@@ -696,7 +784,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       finish_output();
       pack_probabilities(s, a);
     } else {
-      uint32_t next[kN / 16][4];
+      typename Cfg::Probabilities next;
       w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
       finish_output();
       replace_fragments(a, next);
@@ -759,7 +847,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // Encodes the TMA descriptors of k and v (attention_wgmma.cu), k swizzled for e4m3 wgmma when `swizzle_k`; fails
 // for strides the TMA cannot express.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, WgmmaMaps* maps);
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, bool swizzle_v, WgmmaMaps* maps);
 // Plans the fp16 copies of K and V in p.workspace for a grid of block_m query rows per block (kv_to_half.h),
 // enqueues the pass over the first kv heads, and encodes TMA descriptors of the copies, read in 128-byte swizzled
 // panels of kv_rows x 64 dims, and of the codes the grid decodes ahead, in plain boxes of kv_rows rows.
@@ -771,14 +859,14 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
 // last wave is already the cheapest), and only with a key tile for every group. `blocks` when there are none.
 int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n);
 
-template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2>
+template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2, bool kFp8Output = false>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : 2>;
+    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : 2, kFp8Output>;
     WgmmaMaps maps;
     const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
-                                        : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, &maps);
+                                        : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, kFp8Output, &maps);
     if (err != cudaSuccess) return err;
     const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
     const int64_t split_from =

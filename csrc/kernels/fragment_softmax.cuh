@@ -71,10 +71,31 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kNTiles][4],
   }
 }
 
-// P = exp2(S * scale - offset[row]) of a tile, packed (pack_probabilities), with S left as it was.
+// P of a tile as the E4M3 A fragments of a k32 P V (mma.sync m16n8k32 and wgmma's register operand): probs[kt]
+// covers keys [32 kt, 32 kt + 32), registers 0 / 1 rows g / g + 8 at A positions 4c..4c + 3, registers 2 / 3 at
+// 16 + 4c... The C layout gives lane c keys 2c, 2c + 1 of every 8, so position 4c + i of each 16 holds key
+// 2c + i % 2 + 8 (i / 2) (key_of_position): the B operand (V) must list its keys in that order.
 template <int kNTiles>
+__device__ __forceinline__ void pack_probabilities(const float (&p)[kNTiles][4], uint32_t (&probs)[kNTiles / 4][4]) {
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; nt += 2) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      probs[nt / 4][2 * (nt / 2 % 2) + r] =
+          pack_e4m3x4(p[nt][2 * r], p[nt][2 * r + 1], p[nt + 1][2 * r], p[nt + 1][2 * r + 1]);
+    }
+  }
+}
+
+// The key (0-15) at position `position` of a 16-key group of pack_probabilities' E4M3 fragments.
+__host__ __device__ constexpr int key_of_position(int position) {
+  return 2 * (position / 4) + position % 2 + 8 * (position % 4 / 2);
+}
+
+// P = exp2(S * scale - offset[row]) of a tile, packed (pack_probabilities), with S left as it was.
+template <int kNTiles, class Fragments>
 __device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], float scale, const float (&offset)[2],
-                                                  uint32_t (&probs)[kNTiles / 2][4], float (&tile_sum)[2]) {
+                                                  Fragments& probs, float (&tile_sum)[2]) {
   float p[kNTiles][4];
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
@@ -87,8 +108,8 @@ __device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], 
 
 // Takes each row's max over a tile of raw scores into the running softmax state: the exp2 offset of each row and
 // the factor correction[r] that rescales row r's O accumulators (a chain of FMNMX and two shuffles per row).
-template <int kNTiles>
-__device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], RowSoftmax (&softmax)[2], float scale,
+template <int kNTiles, class Softmax>
+__device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], Softmax (&softmax)[2], float scale,
                                              float (&offset)[2], float (&correction)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -100,23 +121,22 @@ __device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], RowSo
 }
 
 // Folds a tile of raw scores into the running max/sum of the lane's two rows and leaves P in probs
-// (exponentiate_tile); correction[r] is the factor that rescales row r's O accumulators. The row sums stay per
-// lane until the epilogue reduces them over the quad.
+// (exponentiate_tile: fp16 or E4M3 fragments); correction[r] is the factor that rescales row r's O accumulators.
+// The row sums stay per lane until the epilogue reduces them over the quad.
 // With kGuessMax, once every row of the warp has a max, the tile is first exponentiated against it, on the guess
-// that the max stays (RowSoftmax::kMaxSlack): if every P of the warp then stays within 2^kMaxSlack (checked on
-// the lane's row sums, which bound each P), that is the result the max would have given, and the row max (a chain
-// of FMNMX and two shuffles per row that the exponentials had to wait for) is never taken. Otherwise, rarely after
-// the first tiles, the tile is redone from its max.
-template <bool kGuessMax, int kNTiles>
-__device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][4], RowSoftmax (&softmax)[2],
-                                                      float scale, uint32_t (&probs)[kNTiles / 2][4],
-                                                      float (&correction)[2]) {
+// that the max stays (ScaledRowSoftmax::kMaxSlack): if every P of the warp then stays within kMaxProbability
+// (checked on the lane's row sums, which bound each P), that is the result the max would have given, and the row
+// max (a chain of FMNMX and two shuffles per row that the exponentials had to wait for) is never taken. Otherwise,
+// rarely after the first tiles, the tile is redone from its max.
+template <bool kGuessMax, int kNTiles, class Softmax, class Fragments>
+__device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][4], Softmax (&softmax)[2],
+                                                      float scale, Fragments& probs, float (&correction)[2]) {
   float tile_sum[2];
   correction[0] = correction[1] = 1.0f;
   if (kGuessMax && __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
-    const float offset[2] = {softmax[0].max, softmax[1].max};
+    const float offset[2] = {softmax[0].offset(), softmax[1].offset()};
     exponentiate_tile(s, scale, offset, probs, tile_sum);
-    constexpr float kMaxP = RowSoftmax::kMaxProbability;
+    constexpr float kMaxP = Softmax::kMaxProbability;
     if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
       softmax[0].sum += tile_sum[0];
       softmax[1].sum += tile_sum[1];
@@ -130,7 +150,7 @@ __device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][
   softmax[1].sum += tile_sum[1];
 }
 
-// O *= correction per row; skipped when no row of the warp needs it, the usual case (RowSoftmax::kMaxSlack).
+// O *= correction per row; skipped when no row of the warp needs it, the usual case (ScaledRowSoftmax::kMaxSlack).
 template <int kOTiles>
 __device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float (&correction)[2]) {
   if (!__any_sync(0xFFFFFFFFu, correction[0] != 1.0f || correction[1] != 1.0f)) return;
@@ -144,8 +164,8 @@ __device__ __forceinline__ void rescale_rows(float (&o)[kOTiles][4], const float
 // The epilogue of a lane's two rows: reduces the row sums over the quad, lets store_row(out, r, out_scale) write
 // O * out_scale in the kernel's own fragment order (every lane calls it for both rows, so that it may shuffle;
 // out is null for a row past seqlen_q), then writes lse.
-template <typename OutT, typename StoreRow>
-__device__ __forceinline__ void finish_rows(RowSoftmax (&softmax)[2], const int (&row)[2], const AttentionParams& p,
+template <typename OutT, class Softmax, typename StoreRow>
+__device__ __forceinline__ void finish_rows(Softmax (&softmax)[2], const int (&row)[2], const AttentionParams& p,
                                             const HeadCoords& c, int lane, StoreRow store_row) {
   const float v_scale = v_scale_of(p, c);
 #pragma unroll
@@ -166,11 +186,12 @@ __device__ __forceinline__ bool output_rows_16_byte_aligned(const AttentionParam
 // The softmax side of a warp's 16 query rows in the register-softmax kernels, mma.sync and wgmma (lane l holds
 // rows g = l / 4 and g + 8): the O accumulators, the running max/sum per row, and the scale. The kernels add
 // their Q fragments and the Q K^T / P V products around `scores_to_probabilities` (or `probabilities` and
-// `rescale_rows`, where a P V may still run during the softmax).
-template <int kOTiles>
+// `rescale_rows`, where a P V may still run during the softmax). Softmax is RowSoftmax, or for P cast to E4M3 a
+// ScaledRowSoftmax.
+template <int kOTiles, class Softmax = RowSoftmax>
 struct FragmentRows {
   float o[kOTiles][4] = {};  // O accumulators (unnormalized, in V-code units)
-  RowSoftmax softmax[2];     // rows g and g + 8; `sum` is this lane's partial sum until finish_rows
+  Softmax softmax[2];        // rows g and g + 8; `sum` is this lane's partial sum until finish_rows
   int row[2];                // query indices of rows g and g + 8
   float score_scale;         // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
 
@@ -238,11 +259,11 @@ struct FragmentRows {
     }
   }
 
-  // Masks the tile if it needs it and turns raw scores into P, packed as fp16 A fragments in probs (see
+  // Masks the tile if it needs it and turns raw scores into P, packed as fp16 or E4M3 A fragments in probs (see
   // online_softmax_scores); O must then be rescaled by correction before the next P V adds to it.
-  template <bool kGuessMax, int kNTiles>
+  template <bool kGuessMax, int kNTiles, class Fragments>
   __device__ void probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
-                                uint32_t (&probs)[kNTiles / 2][4], float (&correction)[2]) {
+                                Fragments& probs, float (&correction)[2]) {
     if (tile_needs_mask(p, key0, kNTiles * 8, first_row(lane))) mask_tile(s, row, key0, p, lane);
     online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
   }
@@ -259,9 +280,9 @@ struct FragmentRows {
     float offset[2], tile_sum[2];
     correction[0] = correction[1] = 1.0f;
     if (__all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
-      offset[0] = softmax[0].max, offset[1] = softmax[1].max;
+      offset[0] = softmax[0].offset(), offset[1] = softmax[1].offset();
       exponentiate_in_place(s, score_scale, offset, tile_sum);
-      constexpr float kMaxP = RowSoftmax::kMaxProbability;
+      constexpr float kMaxP = Softmax::kMaxProbability;
       if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
         softmax[0].sum += tile_sum[0];
         softmax[1].sum += tile_sum[1];
@@ -277,9 +298,9 @@ struct FragmentRows {
   }
 
   // probabilities, then O rescaled for the tile; no P V may be in flight.
-  template <bool kGuessMax, int kNTiles>
+  template <bool kGuessMax, int kNTiles, class Fragments>
   __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
-                                          uint32_t (&probs)[kNTiles / 2][4]) {
+                                          Fragments& probs) {
     float correction[2];
     probabilities<kGuessMax>(s, key0, p, lane, probs, correction);
     rescale_rows(o, correction);

@@ -171,11 +171,21 @@ __device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols],
   "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "   \
   "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
-// D (64 x 128, fp32) = A B (+ D when accumulate): A 64 x 32 E4M3 codes from registers (each warp's 16 rows as the
-// mma.sync m16n8k32 A fragment), B 32 x 128 codes K-major in shared memory. Products of E4M3 values are exact;
+// D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 32 E4M3 codes from registers (each warp's 16 rows as the
+// mma.sync m16n8k32 A fragment), B 32 x N codes K-major in shared memory. Products of E4M3 values are exact;
 // the Hopper FP8 tensor cores sum them with about 14 significant bits (attention_wgmma.cuh).
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b,
-                                                      bool accumulate) {
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " SDPA_ACC_32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+      : SDPA_ACC_TILES_0_7(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
 #if SDPA_HAS_SM90A
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
