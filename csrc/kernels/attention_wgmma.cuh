@@ -64,10 +64,13 @@ struct WgmmaConfig {
   // before the cast (ScaledRowSoftmax): more P land on E4M3's normal values (from 2^-6) instead of its subnormals,
   // and with the row max's slack cut from 8 to 4 no P exceeds 256. H200, 2026-11-22, interleaved graph us against
   // wgmma_fp8 (fp16 P V): 196.2 / 204.3 at 4x16x2048x128, 695.9 / 723.1 at 1x16x8192x128, causal 119.7 / 125.4 and
-  // 367.6 / 384.3, 165.0 / 167.2 at 4x16x2048x64. Halving the tensor work of P V gains little because the
-  // consumers' chain per tile (Q K^T latency, the softmax's 64 MUFU.EX2 per thread, the waits) sets the pace, not
-  // the tensor pipe. Output SQNR against float64 falls from 55-73 dB to 31-44 dB (E4M3 keeps 3 mantissa bits of
-  // each P); the 2^4 scale adds 2.5-3.3 dB where rows are peaked (scores scaled by 8 or 30) and nothing elsewhere.
+  // 367.6 / 384.3, 165.0 / 167.2 at 4x16x2048x64; again 194.7 / 203.6, 688.3 / 718.5, causal 119.5 / 125.3; but in
+  // the 5-round targets run 200.6 / 198.3, 713.9 / 704.9, causal 120.3 / 123.5 and 377.8 / 378.1 (the GPU at its
+  // power limit). Halving the tensor work of P V gains little because the consumers' chain per tile (Q K^T
+  // latency, the softmax's 64 MUFU.EX2 per thread, the waits) sets the pace, not the tensor pipe; without the turns
+  // between the two groups it was the same (193.2, 676.1, causal 119.8). Output SQNR against float64 falls from
+  // 55-73 dB to 30-44 dB (E4M3 keeps 3 mantissa bits of each P); the 2^4 scale adds 2.5-3.3 dB where rows are
+  // peaked (scores scaled by 8 or 30) and nothing elsewhere.
   static constexpr bool kFp8Output = kFp8Output_;
   static_assert(!kFp8Output || kFp8Scores, "the fast tier only");
   using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
