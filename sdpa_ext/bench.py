@@ -4,12 +4,19 @@
     python -m sdpa_ext.bench --preset sweep --json r.json --plot r.png
     python -m sdpa_ext.bench --shape 4,16,2048,128 --causal --variant auto --variant pipe3+swizzle
     python -m sdpa_ext.bench --preset targets --variant auto --rounds 5     # medians over 5 interleaved passes
+    python -m sdpa_ext.bench --preset targets --variant auto --sustained 3  # each row after 3 s of itself
 
 Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
 end-to-end drop-in from fp16/bf16, and every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
 row is timed by CUDA-graph replay (GPU time per call; the ratios use it) and by per-call CUDA events (median,
 p90; launch overhead included), cycling through enough input sets that the L2 cache does not flatter small
 shapes. Accuracy columns compare each attention row with SDPA in fp32 on the original inputs.
+
+A GPU at its power limit clocks each kernel by the power it draws, and it takes about a second to settle. By default
+the rows of a shape follow one another after WARM_UP_S of the first variant, so they run at much the same clock,
+which the mix of rows before them sets. With --sustained S each row runs alone for S seconds right before each of
+its timings, so that it is timed at the clock its own kernel sustains; the SM clock and board power during the
+timing (nvidia-smi) are then reported beside the time.
 """
 
 import argparse
@@ -48,6 +55,16 @@ def parse_shape(text):
     if len(dims) != 4 or min(dims) < 1:
         raise argparse.ArgumentTypeError(f"--shape takes B,H,S,D with positive integers, got {text!r}")
     return dims
+
+
+def non_negative_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"--sustained takes seconds >= 0, got {text!r}")
+    return value
 
 
 def positive_int(text):
@@ -92,9 +109,9 @@ def input_sets(shape, dtype, device):
 class ShapeBench:
     """Times every row for one (shape, causal, dtype), in `rounds` passes over the rows (see run)."""
 
-    def __init__(self, shape, is_causal, dtype, device, max_ms, rounds=1):
+    def __init__(self, shape, is_causal, dtype, device, max_ms, rounds=1, sustained_s=0.0):
         self.shape, self.is_causal, self.dtype, self.device, self.max_ms = shape, is_causal, dtype, device, max_ms
-        self.rounds = rounds
+        self.rounds, self.sustained_s = rounds, sustained_s
         self.timed_rows = []  # (row, fn) of every row that was timed, for the later rounds
         self.sets = input_sets(shape, dtype, device)
         self.quantized = [[x for t in s for x in sdpa_ext.quantize_fp8(t)] for s in self.sets]
@@ -116,7 +133,7 @@ class ShapeBench:
                 self.rows.append(row)
                 return
             row["call_us"] = call_us
-            row["graph"] = timing.time_cuda_graph(fn, call_us)
+            row["graph"] = self.time_graph(row, fn)
             row["events"] = timing.time_cuda_events(fn, call_us)
             row["time_us"] = row["graph"]["median_us"]
         row["rounds_us"] = [row["time_us"]]
@@ -144,11 +161,22 @@ class ShapeBench:
                 return F.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)
         return call
 
+    def time_graph(self, row, fn):
+        """CUDA-graph replay of a row; with --sustained after sustained_s of the row alone, sampling the clock."""
+        if not self.sustained_s:
+            return timing.time_cuda_graph(fn, row["call_us"])
+        timing.warm_up_cuda(fn, self.sustained_s)
+        with timing.ClockSampler(torch.cuda.current_device()) as sampler:
+            graph = timing.time_cuda_graph(fn, row["call_us"])
+        if sampler.result() is not None:
+            row.setdefault("clocks", []).append(sampler.result())
+        return graph
+
     def retime(self, row, fn):
         """One more reading of a timed row: CUDA-graph replay on the GPU, the host clock on the CPU."""
         if self.device == "cpu":
             return timing.time_cpu(fn)["median_us"]
-        return timing.time_cuda_graph(fn, row["call_us"])["median_us"]
+        return self.time_graph(row, fn)["median_us"]
 
     def run(self, variants):
         """Times every row once, then rounds - 1 more times over all rows, in reverse order every other round, so
@@ -206,6 +234,9 @@ def markdown(result, device):
             continue
         events = f"{r['events']['median_us']:.1f} ({r['events']['p90_us']:.1f})" if "events" in r else "-"
         spread = f" [{min(r['rounds_us']):.1f}-{max(r['rounds_us']):.1f}]" if len(r["rounds_us"]) > 1 else ""
+        if r.get("clocks"):  # --sustained: the clock and power the row ran at (medians over its rounds)
+            spread += (f" @ {statistics.median(c['sm_mhz'] for c in r['clocks']):.0f} MHz "
+                       f"{statistics.median(c['power_w'] for c in r['clocks']):.0f} W")
         ratio = f"{r['vs_best_sdpa']:.2f}x" if r["vs_best_sdpa"] else "-"
         quality = (f"{r['tflops']:.1f} | {ratio} | {r['max_abs']:.4f} | {r['mean_abs']:.4f} | {r['cosine']:.5f} | "
                    f"{r['sqnr_db']:.1f}") if "tflops" in r else f"- | {ratio} | - | - | - | -"
@@ -266,6 +297,9 @@ def main(argv=None):
     parser.add_argument("--max-ms", type=float, default=100.0, help="skip a row whose single call takes longer")
     parser.add_argument("--rounds", type=positive_int, default=1,
                         help="time every row this many times, alternating the order; report medians [min-max]")
+    parser.add_argument("--sustained", type=non_negative_float, default=0.0, metavar="S",
+                        help="GPU: run each row alone for S seconds before each of its timings and report the SM "
+                             "clock and power it ran at (a GPU at its power limit clocks each kernel by its power)")
     parser.add_argument("--json", type=Path, help="write the results (with GPU, torch, CUDA, commit) here")
     parser.add_argument("--plot", type=Path, help="write a PNG of TFLOP/s against sequence length here")
     args = parser.parse_args(argv)
@@ -282,7 +316,8 @@ def main(argv=None):
     jobs = [(shape, DTYPES[d]) for shape in shapes for d in (args.dtype or ["fp16"])]
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
-        results.append(ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds).run(variants))
+        shape_bench = ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds, args.sustained)
+        results.append(shape_bench.run(variants))
         if cuda:
             torch.cuda.empty_cache()  # the next shape's input sets may be larger
     for result in results:

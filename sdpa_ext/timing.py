@@ -5,9 +5,12 @@ kernel and a 50 ms one: many calls per graph for small work (launch gaps hidden)
 """
 
 import math
+import shutil
 import statistics
+import subprocess
+import threading
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -101,3 +104,58 @@ def time_cuda_graph(fn: Callable[[int], object], call_us: float) -> Dict[str, fl
         samples.append(start.elapsed_time(end) * 1e3 / calls)
     del graph
     return {**_summary(samples), "calls_per_graph": calls}
+
+
+def parse_clock_power(line: str) -> Optional[Tuple[float, float]]:
+    """(SM MHz, board W) from a line of `nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits`,
+    or None for anything else ("[N/A]", an empty line)."""
+    try:
+        mhz, watts = (float(field) for field in line.split(","))
+    except ValueError:
+        return None
+    return mhz, watts
+
+
+class ClockSampler:
+    """Samples the GPU's SM clock and board power every 100 ms (nvidia-smi) while the `with` block runs.
+
+    Under its power limit a GPU clocks each kernel by the power that kernel draws: an H200 at 700 W ran fp16
+    attention at 4x16x2048x128 at 1590 MHz (cuDNN) and the FP8 kernels at 1770-1845 MHz (2026-11-22), so a time
+    means little without the clock it ran at. `result()` is the medians, or None without nvidia-smi or samples.
+    """
+
+    def __init__(self, device_index: int):
+        self.device_index = device_index
+        self.samples: List[Tuple[float, float]] = []
+        self.process = None
+        self.reader = None
+
+    def __enter__(self):
+        if shutil.which("nvidia-smi") is None:
+            return self
+        self.process = subprocess.Popen(
+            ["nvidia-smi", "-i", str(self.device_index), "--query-gpu=clocks.sm,power.draw",
+             "--format=csv,noheader,nounits", "-lms", "100"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        return self
+
+    def _read(self):
+        for line in self.process.stdout:
+            sample = parse_clock_power(line)
+            if sample is not None:
+                self.samples.append(sample)
+
+    def __exit__(self, *exc):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+            self.reader.join()
+        return False
+
+    def result(self) -> Optional[Dict[str, float]]:
+        if not self.samples:
+            return None
+        return {"sm_mhz": statistics.median(s[0] for s in self.samples),
+                "power_w": statistics.median(s[1] for s in self.samples)}

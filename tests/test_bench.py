@@ -5,13 +5,14 @@ import json
 import pytest
 
 from conftest import requires_cuda
-from sdpa_ext import bench
+from sdpa_ext import bench, timing
 
 
-def test_rounds_must_be_positive():
-    for bad in ("0", "-2", "x"):
-        with pytest.raises(SystemExit):
-            bench.main(["--rounds", bad])
+@pytest.mark.parametrize("option, bad", [("--rounds", "0"), ("--rounds", "-2"), ("--rounds", "x"),
+                                         ("--sustained", "-1"), ("--sustained", "x"), ("--sustained", "nan")])
+def test_bad_option_values_are_rejected(option, bad):
+    with pytest.raises(SystemExit):
+        bench.main([option, bad])
 
 
 def test_rounds_report_the_median_of_every_pass(tmp_path, monkeypatch):
@@ -20,6 +21,18 @@ def test_rounds_report_the_median_of_every_pass(tmp_path, monkeypatch):
     for row in report["results"][0]["rows"]:
         assert len(row["rounds_us"]) == 3
         assert row["time_us"] == sorted(row["rounds_us"])[1]
+
+
+def test_sustained_applies_to_the_gpu_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    report = run_bench(tmp_path, "--sustained", "0.5")
+    assert all("time_us" in row and "clocks" not in row for row in report["results"][0]["rows"])
+
+
+def test_clock_power_lines_parse():
+    assert timing.parse_clock_power("1770, 691.25\n") == (1770.0, 691.25)
+    for bad in ("[N/A], 691.25", "", "1770"):
+        assert timing.parse_clock_power(bad) is None
 
 
 def test_parse_shape_rejects_bad_input():
