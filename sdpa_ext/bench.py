@@ -57,24 +57,17 @@ def parse_shape(text):
     return dims
 
 
-def non_negative_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"--sustained takes seconds >= 0, got {text!r}")
-    return value
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--rounds takes a positive integer, got {text!r}")
-    return value
+def number_at_least(convert, least, option, what):
+    """An argparse type: convert(text) when it is at least `least` (so never NaN), else an error naming `option`."""
+    def parse(text):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not value >= least:
+            raise argparse.ArgumentTypeError(f"{option} takes {what}, got {text!r}")
+        return value
+    return parse
 
 
 def sdpa_backend_context(name):
@@ -168,8 +161,9 @@ class ShapeBench:
         timing.warm_up_cuda(fn, self.sustained_s)
         with timing.ClockSampler(torch.cuda.current_device()) as sampler:
             graph = timing.time_cuda_graph(fn, row["call_us"])
-        if sampler.result() is not None:
-            row.setdefault("clocks", []).append(sampler.result())
+        clocks = sampler.result()
+        if clocks is not None:
+            row.setdefault("clocks", []).append(clocks)
         return graph
 
     def retime(self, row, fn):
@@ -182,8 +176,8 @@ class ShapeBench:
         """Times every row once, then rounds - 1 more times over all rows, in reverse order every other round, so
         that a drift of the GPU's clock during the run weighs on every row alike; each row's time is its median
         over the rounds, and the ratios compare those. On the GPU the first variant runs for WARM_UP_S before
-        any timing (timing.warm_up_cuda)."""
-        if self.device == "cuda" and variants:
+        any timing (timing.warm_up_cuda), unless every row warms itself up (--sustained)."""
+        if self.device == "cuda" and variants and not self.sustained_s:
             timing.warm_up_cuda(self.kernel(variants[0]), WARM_UP_S)
         for variant in variants:
             self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
@@ -295,9 +289,10 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=sorted(DTYPES), action="append", help="fp16 and/or bf16 (default fp16)")
     parser.add_argument("--variant", action="append", help="variant to time (repeatable; default: auto and all)")
     parser.add_argument("--max-ms", type=float, default=100.0, help="skip a row whose single call takes longer")
-    parser.add_argument("--rounds", type=positive_int, default=1,
+    parser.add_argument("--rounds", type=number_at_least(int, 1, "--rounds", "a positive integer"), default=1,
                         help="time every row this many times, alternating the order; report medians [min-max]")
-    parser.add_argument("--sustained", type=non_negative_float, default=0.0, metavar="S",
+    parser.add_argument("--sustained", type=number_at_least(float, 0.0, "--sustained", "seconds >= 0"), default=0.0,
+                        metavar="S",
                         help="GPU: run each row alone for S seconds before each of its timings and report the SM "
                              "clock and power it ran at (a GPU at its power limit clocks each kernel by its power)")
     parser.add_argument("--json", type=Path, help="write the results (with GPU, torch, CUDA, commit) here")

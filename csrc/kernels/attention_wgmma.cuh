@@ -27,9 +27,10 @@
 //                              so fragment_softmax.cuh applies unchanged
 //                  O += P V    wgmma m64nDk16 f16, P from registers (the S accumulators re-packed), V N-major
 //                              (fp8_pv: m64nDk32 e4m3 on P's E4M3 fragments and the transposed V codes)
-// P stays fp16 (but for fp8_pv). Producers give up registers (setmaxnreg) to the consumers, which hold S (kBlockN / 2 floats), P
-// (kBlockN / 4 words for the tile whose P V runs, and as many for the tile in the softmax without kLatePack), Q
-// (D / 4 words of fp16 or D / 8 of codes) and O (D / 2 floats) per thread.
+// P stays fp16 (but for fp8_pv). Producers give up registers (setmaxnreg) to the consumers, which hold S
+// (kBlockN / 2 floats), P (kBlockN / 4 words for the tile whose P V runs, and as many for the tile in the softmax
+// without kLatePack; half that for fp8_pv), Q (D / 4 words of fp16 or D / 8 of codes) and O (D / 2 floats) per
+// thread.
 //
 // Shared memory, every tile on a 1024-byte boundary (the hardware swizzle follows absolute address bits): per
 //   slot K codes and V codes [kBlockN][D], fp16 V (+ fp16 K), then the mbarriers of the TMA copies. fp16 tiles
