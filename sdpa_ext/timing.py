@@ -116,6 +116,13 @@ def parse_clock_power(line: str) -> Optional[Tuple[float, float]]:
     return mhz, watts
 
 
+def nvidia_smi_id(device_index: int) -> str:
+    """The GPU that torch calls cuda:device_index, as nvidia-smi -i names it: by UUID, since torch counts only the
+    GPUs that CUDA_VISIBLE_DEVICES leaves, in its order, and nvidia-smi counts all of them."""
+    uuid = getattr(torch.cuda.get_device_properties(device_index), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else str(device_index)
+
+
 class ClockSampler:
     """Samples the GPU's SM clock and board power every 100 ms (nvidia-smi) while the `with` block runs.
 
@@ -125,7 +132,7 @@ class ClockSampler:
     """
 
     def __init__(self, device_index: int):
-        self.device_index = device_index
+        self.gpu_id = nvidia_smi_id(device_index)
         self.samples: List[Tuple[float, float]] = []
         self.process = None
         self.reader = None
@@ -134,7 +141,7 @@ class ClockSampler:
         if shutil.which("nvidia-smi") is None:
             return self
         self.process = subprocess.Popen(
-            ["nvidia-smi", "-i", str(self.device_index), "--query-gpu=clocks.sm,power.draw",
+            ["nvidia-smi", "-i", self.gpu_id, "--query-gpu=clocks.sm,power.draw",
              "--format=csv,noheader,nounits", "-lms", "100"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -1,8 +1,11 @@
 """The benchmark CLI runs end to end (CPU everywhere, GPU when there is one) and writes what it promises."""
 
 import json
+import shutil
+import subprocess
 
 import pytest
+import torch
 
 from conftest import requires_cuda
 from sdpa_ext import bench, timing
@@ -33,6 +36,17 @@ def test_clock_power_lines_parse():
     assert timing.parse_clock_power("1770, 691.25\n") == (1770.0, 691.25)
     for bad in ("[N/A], 691.25", "", "1770"):
         assert timing.parse_clock_power(bad) is None
+
+
+@requires_cuda
+def test_nvidia_smi_names_the_gpu_that_torch_uses():
+    # nvidia-smi counts every GPU and torch only those CUDA_VISIBLE_DEVICES leaves: the sampler names it by UUID.
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("no nvidia-smi on this machine")
+    device = torch.cuda.current_device()
+    listed = subprocess.run(["nvidia-smi", "-i", timing.nvidia_smi_id(device), "--query-gpu=name",
+                             "--format=csv,noheader"], capture_output=True, text=True, check=True)
+    assert listed.stdout.strip() == torch.cuda.get_device_name(device)
 
 
 def test_parse_shape_rejects_bad_input():
