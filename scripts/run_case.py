@@ -11,7 +11,7 @@ import argparse
 import torch
 
 import sdpa_ext
-from sdpa_ext.bench import parse_shape, sdpa_backend_context
+from sdpa_ext.bench import number_at_least, parse_shape, sdpa_backend_context
 
 
 def main():
@@ -20,7 +20,7 @@ def main():
     parser.add_argument("--sdpa", help="a PyTorch SDPA backend (cudnn, flash, efficient, math) instead of a variant")
     parser.add_argument("--shape", type=parse_shape, default=(1, 8, 512, 64))
     parser.add_argument("--causal", action="store_true")
-    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--iters", type=number_at_least(int, 1, "--iters", "a positive integer"), default=3)
     args = parser.parse_args()
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(args.shape, generator=gen).half().cuda() for _ in range(3))

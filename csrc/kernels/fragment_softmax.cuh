@@ -120,6 +120,26 @@ __device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], Softm
   }
 }
 
+// The guessed row max of online_softmax_scores and FragmentRows::exponentials: a guess needs a max on every row
+// of the warp, and it held when every P of the warp stayed within kMaxProbability (the lane's row sums bound each
+// P); then the tile's sums join the running ones (add_tile_sums) and keep_guessed_tile returns true.
+template <class Softmax>
+__device__ __forceinline__ bool warp_rows_have_max(const Softmax (&softmax)[2]) {
+  return __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY);
+}
+template <class Softmax>
+__device__ __forceinline__ void add_tile_sums(Softmax (&softmax)[2], const float (&tile_sum)[2]) {
+  softmax[0].sum += tile_sum[0];
+  softmax[1].sum += tile_sum[1];
+}
+template <class Softmax>
+__device__ __forceinline__ bool keep_guessed_tile(Softmax (&softmax)[2], const float (&tile_sum)[2]) {
+  constexpr float kMaxP = Softmax::kMaxProbability;
+  if (!__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) return false;
+  add_tile_sums(softmax, tile_sum);
+  return true;
+}
+
 // Folds a tile of raw scores into the running max/sum of the lane's two rows and leaves P in probs
 // (exponentiate_tile: fp16 or E4M3 fragments); correction[r] is the factor that rescales row r's O accumulators.
 // The row sums stay per lane until the epilogue reduces them over the quad.
@@ -133,21 +153,15 @@ __device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][
                                                       float scale, Fragments& probs, float (&correction)[2]) {
   float tile_sum[2];
   correction[0] = correction[1] = 1.0f;
-  if (kGuessMax && __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
+  if (kGuessMax && warp_rows_have_max(softmax)) {
     const float offset[2] = {softmax[0].offset(), softmax[1].offset()};
     exponentiate_tile(s, scale, offset, probs, tile_sum);
-    constexpr float kMaxP = Softmax::kMaxProbability;
-    if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
-      softmax[0].sum += tile_sum[0];
-      softmax[1].sum += tile_sum[1];
-      return;
-    }
+    if (keep_guessed_tile(softmax, tile_sum)) return;
   }
   float offset[2];
   take_row_max(s, softmax, scale, offset, correction);
   exponentiate_tile(s, scale, offset, probs, tile_sum);
-  softmax[0].sum += tile_sum[0];
-  softmax[1].sum += tile_sum[1];
+  add_tile_sums(softmax, tile_sum);
 }
 
 // O *= correction per row; skipped when no row of the warp needs it, the usual case (ScaledRowSoftmax::kMaxSlack).
@@ -279,22 +293,16 @@ struct FragmentRows {
     if (masked) mask_tile(s, row, key0, p, lane_now());
     float offset[2], tile_sum[2];
     correction[0] = correction[1] = 1.0f;
-    if (__all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY)) {
+    if (warp_rows_have_max(softmax)) {
       offset[0] = softmax[0].offset(), offset[1] = softmax[1].offset();
       exponentiate_in_place(s, score_scale, offset, tile_sum);
-      constexpr float kMaxP = Softmax::kMaxProbability;
-      if (__all_sync(0xFFFFFFFFu, tile_sum[0] <= kMaxP && tile_sum[1] <= kMaxP)) {
-        softmax[0].sum += tile_sum[0];
-        softmax[1].sum += tile_sum[1];
-        return;
-      }
+      if (keep_guessed_tile(softmax, tile_sum)) return;
       recompute(s);
       if (masked) mask_tile(s, row, key0, p, lane_now());
     }
     take_row_max(s, softmax, score_scale, offset, correction);
     exponentiate_in_place(s, score_scale, offset, tile_sum);
-    softmax[0].sum += tile_sum[0];
-    softmax[1].sum += tile_sum[1];
+    add_tile_sums(softmax, tile_sum);
   }
 
   // probabilities, then O rescaled for the tile; no P V may be in flight.
