@@ -138,9 +138,13 @@ __device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int r
   return p.is_causal ? min(p.seqlen_k, row0 + rows) : p.seqlen_k;
 }
 
-// The key tiles of block_n keys that query rows [row0, row0 + rows) attend to; none when row0 >= seqlen_q.
+// The key tiles of block_n keys that query rows [row0, row0 + rows) attend to, for row0 < seqlen_q (a block's
+// own tile of the grid); key_tiles_of_rows also for rows past seqlen_q, which attend to none.
+__device__ __forceinline__ int key_tiles(const AttentionParams& p, int row0, int rows, int block_n) {
+  return (key_end(p, row0, rows) + block_n - 1) / block_n;
+}
 __device__ __forceinline__ int key_tiles_of_rows(const AttentionParams& p, int row0, int rows, int block_n) {
-  return row0 < p.seqlen_q ? (key_end(p, row0, rows) + block_n - 1) / block_n : 0;
+  return row0 < p.seqlen_q ? key_tiles(p, row0, rows, block_n) : 0;
 }
 
 // 2^x in one MUFU instruction (exp2f adds a range fix-up for results below 2^-126, which P never needs).

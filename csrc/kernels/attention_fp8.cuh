@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
   const int row0 = c.tile * Cfg::kBlockM;
-  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int tiles = key_tiles(p, row0, Cfg::kBlockM, Cfg::kBlockN);
   const typename Cfg::Rows k_rows{k_head(p, c), p.k_row_stride, 0, p.seqlen_k};
   const typename Cfg::Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
 #pragma unroll

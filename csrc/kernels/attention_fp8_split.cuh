@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_fp8_split_kernel(c
   const int row0 = c.tile * Cfg::kBlockM;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int split = warp / Cfg::kRowGroups, group = warp % Cfg::kRowGroups;
-  const int tiles = (key_end(p, row0, Cfg::kBlockM) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int tiles = key_tiles(p, row0, Cfg::kBlockM, Cfg::kBlockN);
   const int first = split * tiles / Cfg::kSplits, last = (split + 1) * tiles / Cfg::kSplits;
   allow_next_grid_launch();
   wait_for_previous_grids();  // everything above is index math, overlapped with the previous kernel's tail

@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
 
   decode_tile<T::kBlockM, kHeadDim>(s.q, [&](int r) { return q + (row0 + r) * p.q_row_stride; }, row0, p.seqlen_q);
 
-  const int keys = key_end(p, row0, T::kBlockM);
-  const int tiles = (keys + T::kBlockN - 1) / T::kBlockN;
+  const int tiles = key_tiles(p, row0, T::kBlockM, T::kBlockN);
   auto issue = [&](int tile) {  // cp_async only
     if (tile < tiles) {
       uint8_t* slot = ring + (tile % kStages) * 2 * Smem::kTileCodes;

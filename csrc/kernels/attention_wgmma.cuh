@@ -824,7 +824,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Launched as a programmatic dependent launch after the decode pass (kv_to_half.cu), which wrote K and V.
   if constexpr (Cfg::kPredecoded) wait_for_previous_grids();
   const HeadCoords& c = job.c;
-  const int tiles = key_tiles_of_rows(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
+  const int tiles = key_tiles(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
     if constexpr (Cfg::kPredecoded) {
