@@ -15,10 +15,15 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocksPerHead = 65535;  // gridDim.y
 
-// Block (head, y, tensor): tensor 0 is K, 1 is V; `head` runs over B * Hkv; each thread converts 16-code chunks of
-// the head, y * kThreads + threadIdx.x and then every gridDim.y * kThreads-th. (Two chunks per thread, both loaded
-// before either is stored, took 35.8 against 28.9 us at 4x16x2048x128: H200, kernel time from the profiler.)
-// Block (0, 0, 0) also zeroes the counters of the heads left to the grid.
+// Block (head, y, tensor): tensor 0 is K, 1 is V; `head` runs over B * Hkv. A piece is 8 codes of a row: one 8-byte
+// load and one 16-byte store, so that a warp's stores fill 512 contiguous bytes. Each thread loads
+// kPiecesPerThread pieces, kThreads apart, before it stores any; block y takes the groups of pieces y,
+// y + gridDim.y, ... Block (0, 0, 0) also zeroes the counters of the heads left to the grid.
+// H200, SM cycles at base clock (profiler), pass over the first 9 kv heads at 4x16x2048x128: 12.0-12.8k with
+// 16-code pieces (two 16-byte stores 32 bytes apart per thread, five runs), 9.6-10.2k with 8-code pieces two per
+// thread (six runs), 10.5-10.8k one per thread, 10.1-10.3k four per thread; 1x16x8192x128 14.7-15.2k against
+// 10.9-11.3k. The pass is latency-bound either way (14% of DRAM bandwidth; its warps wait on the loads).
+constexpr int kPiecesPerThread = 2;
 __global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionParams p, const KvDecodePlan plan) {
   allow_next_grid_launch();
   // Before any access: the kernel before may still be writing the codes, or reading the copies of the previous
@@ -36,12 +41,22 @@ __global__ void __launch_bounds__(kThreads) kv_to_half_kernel(const AttentionPar
   const int64_t row_stride = is_v ? p.v_row_stride : p.k_row_stride;
   const int64_t head_elements = static_cast<int64_t>(p.seqlen_k) * p.head_dim;
   uint4* dst = reinterpret_cast<uint4*>((is_v ? plan.v_halves : plan.k_halves) + blockIdx.x * head_elements);
-  const int chunks_per_row = p.head_dim / 16, chunks = p.seqlen_k * chunks_per_row;
-  for (int chunk = blockIdx.y * kThreads + threadIdx.x; chunk < chunks; chunk += gridDim.y * kThreads) {
-    const int row = chunk / chunks_per_row, col = chunk % chunks_per_row * 16;
-    const uint4 codes = *reinterpret_cast<const uint4*>(src + row * row_stride + col);
-    dst[2 * static_cast<int64_t>(chunk)] = decode_8(codes.x, codes.y);
-    dst[2 * static_cast<int64_t>(chunk) + 1] = decode_8(codes.z, codes.w);
+  const int pieces_per_row = p.head_dim / 8, pieces = p.seqlen_k * pieces_per_row;
+  constexpr int kGroup = kPiecesPerThread * kThreads;
+  for (int first = blockIdx.y * kGroup + threadIdx.x; first < pieces; first += gridDim.y * kGroup) {
+    uint2 codes[kPiecesPerThread];
+#pragma unroll
+    for (int i = 0; i < kPiecesPerThread; ++i) {
+      const int piece = first + i * kThreads;
+      if (piece < pieces) {
+        const int row = piece / pieces_per_row, col = piece % pieces_per_row * 8;
+        codes[i] = *reinterpret_cast<const uint2*>(src + row * row_stride + col);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPiecesPerThread; ++i) {
+      if (first + i * kThreads < pieces) dst[first + i * kThreads] = decode_8(codes[i].x, codes[i].y);
+    }
   }
 }
 
@@ -80,8 +95,8 @@ KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int c
 }
 
 cudaError_t launch_kv_to_half(const AttentionParams& p, const KvDecodePlan& plan, cudaStream_t stream) {
-  const int chunks = p.seqlen_k * (p.head_dim / 16);
-  const int blocks_per_head = std::min((chunks + kThreads - 1) / kThreads, kMaxBlocksPerHead);
+  const int groups = (p.seqlen_k * (p.head_dim / 8) + kPiecesPerThread * kThreads - 1) / (kPiecesPerThread * kThreads);
+  const int blocks_per_head = std::min(groups, kMaxBlocksPerHead);
   const dim3 grid(static_cast<unsigned>(plan.prefix_heads), static_cast<unsigned>(blocks_per_head), 2);
   return launch_overlapping(p.overlap_launch, kv_to_half_kernel, grid, kThreads, 0, stream, p, plan);
 }
