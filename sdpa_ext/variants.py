@@ -87,10 +87,11 @@ _VARIANTS = (
 TOGGLE_DESCRIPTIONS = {
     "swizzle": "XOR-swizzled fp16 K/V tiles (16-byte chunk index ^ row % 8) instead of a plain row-major layout",
     "2producers": "two producer warps instead of one",
-    "predecode": "wgmma on fp16 copies of K and V written by a decode pass over memory first, which TMA loads "
-                 "straight into the ring: no block decodes, 128-key tiles at D = 128 (Q kept as codes and converted "
-                 "per tile to make room), one producer warp; auto takes it at D = 128 from 2048 query rows per kv "
-                 "head (4096 causal)",
+    "predecode": "wgmma on fp16 copies of K and V, which TMA loads straight into the ring: a pass over memory "
+                 "decodes the first wave's kv heads and the grid's idle producer warps the others, ahead of the "
+                 "blocks that read them; no block decodes its own tiles, 128-key tiles at D = 128 (Q kept as codes "
+                 "and converted per tile to make room), one producer warp copies; auto takes it at D = 128 from "
+                 "2048 query rows per kv head (causal: 4096, or 2048 with 64 kv heads)",
     "fp8_pv": "PV by e4m3 wgmma too: P scaled by 2^4 and cast to E4M3, V codes transposed by the producers instead "
               "of decoded; on an H200 within -1% to +5% of wgmma_fp8's time, output SQNR 30-44 dB against float64 "
               "on random inputs where wgmma_fp8 keeps 55-73, so variant='fast' does not take it (by name only)",

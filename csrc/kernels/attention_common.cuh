@@ -127,10 +127,15 @@ __device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int 
 }
 // The same for a causal grid ordered heaviest first: blocks go through the query tiles from the last (which sees
 // every key) to the first, all heads of one tile before the next tile, so that the last wave holds the cheapest
-// blocks instead of leaving a few long ones running alone.
-__device__ __forceinline__ HeadCoords head_coords_heavy_first(const AttentionParams& p, int blocks_per_head) {
-  const int heads = p.batch * p.heads_q;
-  return coords_of(p, blockIdx.x % heads, blocks_per_head - 1 - static_cast<int>(blockIdx.x) / heads);
+// blocks instead of leaving a few long ones running alone. The heads go in groups of group_heads (batch, query
+// head)s, one group's blocks after the other's (all heads in one group but for `wgmma+predecode`, whose grid
+// decodes K and V a group ahead: KvDecodePlan).
+__device__ __forceinline__ HeadCoords head_coords_heavy_first(const AttentionParams& p, int blocks_per_head,
+                                                              int group_heads) {
+  const int heads = p.batch * p.heads_q, group_blocks = group_heads * blocks_per_head;
+  const int group = blockIdx.x / group_blocks, local = blockIdx.x - group * group_blocks;
+  const int tile_row = min(group_heads, heads - group * group_heads);
+  return coords_of(p, group * group_heads + local % tile_row, blocks_per_head - 1 - local / tile_row);
 }
 
 // The largest key index + 1 that any query row in [row0, row0 + rows) may attend to.

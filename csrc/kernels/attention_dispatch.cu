@@ -72,9 +72,9 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // With up to 128 blocks of 64 rows (fewer than the H200's 132 SMs) `fp8_split` (sm_89+) keeps more warps busy:
 // 1x8x512x64 8.4 against 9.3 us for warp_spec+2producers+swizzle, 1x8x512x128 14.8 against 16.0 us; at
 // 2x8x1024x64 (256 blocks) it loses, 36.7 against 20.5 us (H200, 2026-11-21).
-// At D = 128 `wgmma+predecode` takes over where the query rows per kv head (halved when causal) reach 2048: it
+// At D = 128 `wgmma+predecode` takes over where the query rows per kv head reach 2048 (causal: below): it
 // saves per query block (207.2 against 245.2 us for the attention kernel at 4x16x2048x128) and costs per key
-// (decoding K and V: 28.8 us there as a pass over every head). Not causal, the pass decodes only the kv heads of the
+// (decoding K and V: 28.8 us there as a pass over every head). The pass decodes only the kv heads of the
 // first wave and the grid the others (kv_decode_ahead.cuh): the pass takes 5.9 us and the attention kernel 210.1
 // there. Graph us against `wgmma`, H200, 2026-11-21, same run: non-causal 1x16xSx128 S = 1024 21.7 / 18.5, 2048
 // 58.7 / 62.1, 4096 193.9 / 240.0; 2x16x1024x128 38.1 / 35.5, 4x16x1024x128 69.1 / 70.1, 2x16x2048x128 110.2 /
@@ -82,6 +82,11 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // 21.8 / 18.9, 2048 42.4 / 38.1, 4096 124.0 / 131.9, 2x16x2048x128 82.2 / 75.2, 4x16x2048x128 170.0 / 147.3. At
 // D = 64 it loses everywhere (4x16x2048x64 175.2 / 168.6, 1x16x8192x64 610.2 / 571.8, causal 118.7 / 103.4 and
 // 329.5 / 301.5): there the attention kernel alone gained 2 us without the decode.
+// Causal grids now decode in the grid too, a group of heads ahead (KvDecodePlan::group_heads): graph us against
+// `wgmma`, H200, 2026-11-22, same run (the pass over every head in brackets): 4x16x2048x128 138.4 / 145.3 (170.4),
+// 1x16x4096x128 115.0 / 121.9 (122.9), 1x16x8192x128 404.9 / 453.4 (444.9), 2x16x2048x128 73.6 / 72.9 (80.3),
+// 4x16x1024x128 53.5 / 47.9 (59.4). The pass still takes the first groups' heads (16 of 32 at 2x16x2048x128), so a
+// causal grid needs 4096 rows per kv head, or 2048 with 64 kv heads.
 // At D = 64 `wgmma_m192` (192-row blocks, three consumer groups, the last wave split) is ~15% faster per row in
 // the loop, but each block's fixed work grows with its rows (a fit over grids of whole waves on an H200: 1.41 us
 // per 128-key round and 5.3-5.6 us per block, against 1.10 and 3.7 us for `wgmma`), so it pays from two waves of
@@ -110,7 +115,8 @@ bool split_fits_one_wave(const AttentionParams& p, int sms) { return attention_b
 
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
-  return p.head_dim == 128 && (p.is_causal ? rows_per_kv_head / 2 : rows_per_kv_head) >= 2048;
+  const bool causal_pays = rows_per_kv_head >= 4096 || (rows_per_kv_head >= 2048 && p.batch * p.heads_kv >= 64);
+  return p.head_dim == 128 && (p.is_causal ? causal_pays : rows_per_kv_head >= 2048);
 }
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {

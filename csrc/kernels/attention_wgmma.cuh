@@ -9,7 +9,7 @@
 //              no block decodes its own tiles, one producer warp starts the copies and the consumers wait on the
 //              copies' mbarriers. Every query block of a head decoded all of its keys before; at 4x16x2048x128 the
 //              attention kernel takes 207.2 against 245.2 us (H200). A pass over memory decodes the first kv
-//              heads and, not causal, the other three producer warps decode the rest ahead of the blocks that read
+//              heads and the other three producer warps decode the rest ahead of the blocks that read
 //              them (kv_decode_ahead.cuh): 5.9 us of pass and 210.1 of attention there, against 28.8 us for a pass
 //              over every head. It pays where a kv head has many query rows (attention_dispatch.cu).
 //   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
@@ -246,11 +246,13 @@ struct WgmmaJob {
 // Blocks from split_from on are split units, kConsumerGroups for each query tile from split_from on
 // (split_tail_from in attention_wgmma.cu).
 template <class Cfg>
-__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, int split_from) {
+__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const KvDecodePlan& plan, int split_from) {
   const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const int block = blockIdx.x;
   if (block < split_from) {
-    const HeadCoords c = p.is_causal ? head_coords_heavy_first(p, blocks_per_head) : head_coords(p, blocks_per_head);
+    const int group_heads = Cfg::kPredecoded ? plan.group_heads * plan.query_heads_per_head : p.batch * p.heads_q;
+    const HeadCoords c =
+        p.is_causal ? head_coords_heavy_first(p, blocks_per_head, group_heads) : head_coords(p, blocks_per_head);
     return {c, c.tile * Cfg::kBlockM, false};
   }
   const int unit = block - split_from, tile = split_from + unit / Cfg::kConsumerGroups;
@@ -812,7 +814,7 @@ template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
-  const WgmmaJob job = wgmma_job<Cfg>(p, split_from);
+  const WgmmaJob job = wgmma_job<Cfg>(p, maps.plan, split_from);
   if (job.row0 >= p.seqlen_q) return;  // a split unit past the last query row; the whole block leaves
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};

@@ -6,9 +6,10 @@
 // only spare bandwidth and the producers' idle issue slots. Measured there (H200, profiler): the pass over the
 // first 9 of 64 kv heads 5.9 us, the attention kernel 210.1 us (207.2 with every head decoded beforehand); graph
 // time 212.9 us against cuDNN's 215.8 in the same run (234.5 with the whole pass in an earlier one).
-// Deadlock: a reader waits only for blocks that come lookahead_blocks >= blocks_per_head blocks before its head's
-// first block, which started before it and never wait themselves. (Blocks of one grid start in index order: CUB's
-// decoupled look-back relies on the same.)
+// Deadlock: a reader waits only for the blocks lookahead_blocks before each block of its head, and the blocks of a
+// head lie within fewer than lookahead_blocks consecutive blocks (KvDecodePlan), so those started before the
+// reader, and they never wait themselves. (Blocks of one grid start in index order: CUB's decoupled look-back
+// relies on the same.)
 #pragma once
 
 #include "hopper.cuh"
@@ -42,12 +43,11 @@ template <int kD, int kRows, int kThreads, int kBarrier>
 __device__ __forceinline__ void decode_ahead(const KvDecodePlan& plan, const CUtensorMap& k_codes,
                                              const CUtensorMap& v_codes, int heads_kv, int seqlen_k,
                                              uint8_t* buffers, uint64_t* loaded, DecodeAheadJob* job, int tid) {
-  // Unsigned 32-bit arithmetic (signed or 64-bit divisions spilled too); plan_kv_decode keeps
-  // blocks_per_head * chunks_per_share below 2^31.
+  // Unsigned 32-bit arithmetic (signed or 64-bit divisions spilled too); plan_kv_decode keeps the grid's blocks
+  // times chunks_per_share below 2^31.
   if (blockIdx.x >= gridDim.x - min(gridDim.x, static_cast<unsigned>(plan.lookahead_blocks))) return;
-  const unsigned target = blockIdx.x + plan.lookahead_blocks;
-  const unsigned head = target / plan.blocks_per_head;
-  const unsigned first = (target - head * plan.blocks_per_head) * plan.chunks_per_share;
+  const BlockShare target = block_share(plan, blockIdx.x + plan.lookahead_blocks);
+  const unsigned head = target.head, first = target.place * plan.chunks_per_share;
   if (head < static_cast<unsigned>(plan.prefix_heads) || first >= static_cast<unsigned>(plan.chunks_per_head)) return;
   const unsigned count = min(static_cast<unsigned>(plan.chunks_per_share), plan.chunks_per_head - first);
   constexpr int kBufferBytes = kRows * kD, kPiecesPerRow = kD / 8;

@@ -85,12 +85,21 @@ KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int c
   plan.blocks_per_head = blocks_per_head;
   plan.chunks_per_head = 2 * ((p.seqlen_k + chunk_rows - 1) / chunk_rows);
   plan.lookahead_blocks = std::max(resident_blocks, blocks_per_head);
-  const int64_t heads_before_lookahead =
-      (static_cast<int64_t>(plan.lookahead_blocks) + blocks_per_head - 1) / blocks_per_head;
   plan.chunks_per_share = (plan.chunks_per_head + blocks_per_head - 1) / blocks_per_head;
-  const bool in_grid =
-      !p.is_causal && static_cast<int64_t>(blocks_per_head) * plan.chunks_per_share < (int64_t{1} << 31);
-  plan.prefix_heads = in_grid ? static_cast<int>(std::min<int64_t>(plan.heads, heads_before_lookahead)) : plan.heads;
+  plan.query_heads_per_head = p.heads_q / p.heads_kv;
+  // Causal, as many heads per group as the lookahead holds: the heaviest tiles of only those heads come first, and
+  // the last wave still holds the cheapest tiles (of the last group).
+  plan.group_heads = p.is_causal ? std::min(plan.heads, plan.lookahead_blocks / blocks_per_head) : 1;
+  // Unsigned 32-bit block and chunk arithmetic in the grid (block_share, decode_ahead).
+  const int64_t blocks = static_cast<int64_t>(plan.heads) * blocks_per_head;
+  const bool in_grid = blocks > plan.lookahead_blocks && blocks * plan.chunks_per_share < (int64_t{1} << 31);
+  // The pass decodes the heads that the blocks before the lookahead read (no blocks come before them to decode
+  // those): every head of the groups they reach.
+  plan.prefix_heads = plan.heads;
+  if (in_grid) {
+    const int last_group = static_cast<int>(block_share(plan, plan.lookahead_blocks - 1).head) / plan.group_heads;
+    plan.prefix_heads = std::min(plan.heads, (last_group + 1) * plan.group_heads);
+  }
   return plan;
 }
 

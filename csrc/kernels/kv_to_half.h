@@ -17,7 +17,9 @@ namespace sdpa {
 // lookahead_blocks before the blocks that read that head: block L decodes a share (chunks_per_share chunks, fewer
 // or none at the end) of the head of block L + lookahead_blocks and adds the chunks it decoded to
 // decoded_chunks[head], which the readers wait on.
-// The blocks of one kv head are blocks_per_head consecutive blocks of the grid.
+// The grid runs the kv heads in groups of group_heads, each group's blocks_per_head * group_heads blocks one after
+// the other (block_share): one head per group, its blocks in a row, when not causal; causal, group_heads heads go
+// through their query tiles together, heaviest first (head_coords_heavy_first).
 struct KvDecodePlan {
   __half* k_halves;  // [B, Hkv, Sk, D], contiguous
   __half* v_halves;
@@ -28,16 +30,35 @@ struct KvDecodePlan {
   int blocks_per_head;
   int chunks_per_head;
   int chunks_per_share;  // ceil(chunks_per_head / blocks_per_head)
+  int group_heads;
+  int query_heads_per_head;  // Hq / Hkv
 };
+
+// The kv head that block `block` of the attention grid reads, and the block's place among that head's blocks
+// (0 ... blocks_per_head - 1). Within a group the blocks go through the query tiles (heaviest first when causal),
+// for each tile through the query heads of the group's kv heads; not causal a group is one kv head, whose query
+// heads' tiles are then consecutive blocks, so a place is a block's offset from the head's first block.
+struct BlockShare {
+  unsigned head, place;
+};
+__host__ __device__ inline BlockShare block_share(const KvDecodePlan& plan, unsigned block) {
+  const unsigned group_heads = plan.group_heads, per_head = plan.query_heads_per_head;
+  const unsigned group = block / (group_heads * plan.blocks_per_head);
+  const unsigned local = block - group * group_heads * plan.blocks_per_head;
+  const unsigned heads_left = plan.heads - group * group_heads;
+  const unsigned tile_row = (heads_left < group_heads ? heads_left : group_heads) * per_head;  // blocks per tile
+  const unsigned tile = local / tile_row, query_head = local - tile * tile_row;
+  return {group * group_heads + query_head / per_head, tile * per_head + query_head % per_head};
+}
 
 // Bytes of the call's workspace the plan takes: both fp16 copies and the counters.
 int64_t kv_decode_workspace_bytes(const AttentionParams& params);
 
-// The plan for an attention grid of blocks_per_head blocks per kv head. In-grid decoding needs the blocks of a
-// head in launch order (not causal: its grid runs the heaviest query tiles of every head first) and a lookahead of
-// at least a head's blocks, so that every block a reader waits for started before it; `resident_blocks` (the
-// blocks the GPU runs at once) is the lookahead that leaves each share a block's lifetime to land. When the grid
-// is no longer than the lookahead the pass decodes every head.
+// The plan for an attention grid of blocks_per_head blocks per kv head. In-grid decoding needs every block of a
+// head to start after the blocks that decode it, which come lookahead_blocks before the head's blocks: the blocks
+// of a head must lie within fewer than lookahead_blocks consecutive blocks, which group_heads * blocks_per_head <=
+// lookahead_blocks ensures. `resident_blocks` (the blocks the GPU runs at once) is the lookahead that leaves each
+// share a block's lifetime to land. When the grid is no longer than the lookahead the pass decodes every head.
 KvDecodePlan plan_kv_decode(const AttentionParams& params, int blocks_per_head, int chunk_rows, int resident_blocks);
 
 // Decodes the plan's prefix heads and zeroes the counters of the others; needs 16-byte aligned k and v rows.
