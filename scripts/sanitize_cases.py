@@ -11,11 +11,12 @@ import sdpa_ext
 # (B, Hq, Hkv, Sq, Sk, D, causal): partial tiles, GQA, both head dims, Sq != Sk in both directions, and enough
 # keys that the Hopper kernels' 3-slot ring wraps around (5 tiles of 128 keys at D = 64, 10 of 64 at D = 128), and
 # a grid of 256 blocks whose kv heads from the 33rd on `wgmma+predecode` decodes inside the grid (three chunks of
-# keys per block through two buffers) on a GPU of up to 132 SMs; causal 600 x 600 at D = 64 has `wgmma_m192`
-# groups that leave out the last of their block's tiles, or all five (rows past seqlen_q).
+# keys per block through two buffers) on a GPU of up to 132 SMs, also causal (groups of 33 kv heads, the second
+# decoded in the grid); causal 600 x 600 at D = 64 has `wgmma_m192` groups that leave out the last of their block's
+# tiles, or all five (rows past seqlen_q).
 CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40, 129, 128, True),
          (1, 2, 2, 129, 1, 128, False), (1, 2, 2, 130, 600, 64, False), (1, 2, 1, 200, 600, 128, True),
-         (8, 32, 8, 64, 700, 64, False), (1, 2, 2, 600, 600, 64, True)]
+         (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (1, 2, 2, 600, 600, 64, True)]
 
 
 def main(names):
