@@ -35,9 +35,9 @@ struct KvDecodePlan {
 };
 
 // The kv head that block `block` of the attention grid reads, and the block's place among that head's blocks
-// (0 ... blocks_per_head - 1). Within a group the blocks go through the query tiles (heaviest first when causal),
-// for each tile through the query heads of the group's kv heads; not causal a group is one kv head, whose query
-// heads' tiles are then consecutive blocks, so a place is a block's offset from the head's first block.
+// (0 ... blocks_per_head - 1). Causal, a group's blocks go through the query tiles, heaviest first, and for each
+// tile through the query heads of the group's kv heads. Not causal, a group is one kv head: the place comes out as
+// the block's offset from the head's first block, whatever the order of its query heads' tiles.
 struct BlockShare {
   unsigned head, place;
 };
