@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "attention_common.cuh"
 #include "params.h"
 
 namespace sdpa {
@@ -35,20 +36,18 @@ struct KvDecodePlan {
 };
 
 // The kv head that block `block` of the attention grid reads, and the block's place among that head's blocks
-// (0 ... blocks_per_head - 1). Causal, a group's blocks go through the query tiles, heaviest first, and for each
-// tile through the query heads of the group's kv heads. Not causal, a group is one kv head: the place comes out as
-// the block's offset from the head's first block, whatever the order of its query heads' tiles.
+// (0 ... blocks_per_head - 1): the grid's order over query heads (grouped_block, group_heads kv heads' query heads
+// per group), a query tile's rank and its query head's place among those of its kv head. Causal, that is the order
+// of head_coords_heavy_first. Not causal, a group is one kv head: the place comes out as the block's offset from the
+// head's first block, whatever the order of its query heads' tiles.
 struct BlockShare {
   unsigned head, place;
 };
 __host__ __device__ inline BlockShare block_share(const KvDecodePlan& plan, unsigned block) {
-  const unsigned group_heads = plan.group_heads, per_head = plan.query_heads_per_head;
-  const unsigned group = block / (group_heads * plan.blocks_per_head);
-  const unsigned local = block - group * group_heads * plan.blocks_per_head;
-  const unsigned heads_left = plan.heads - group * group_heads;
-  const unsigned tile_row = (heads_left < group_heads ? heads_left : group_heads) * per_head;  // blocks per tile
-  const unsigned tile = local / tile_row, query_head = local - tile * tile_row;
-  return {group * group_heads + query_head / per_head, tile * per_head + query_head % per_head};
+  const unsigned per_head = plan.query_heads_per_head;
+  const GroupedBlock b =
+      grouped_block(block, plan.heads * per_head, plan.group_heads * per_head, plan.blocks_per_head / per_head);
+  return {b.head / per_head, b.rank * per_head + b.head % per_head};
 }
 
 // Bytes of the call's workspace the plan takes: both fp16 copies and the counters.
