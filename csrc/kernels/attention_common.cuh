@@ -125,31 +125,6 @@ inline int64_t attention_blocks(const AttentionParams& p, int block_m) {
 __device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int blocks_per_head) {
   return coords_of(p, blockIdx.x / blocks_per_head, blockIdx.x % blocks_per_head);
 }
-// Where block `block` falls in a grid that runs `heads` heads of `tiles` blocks each in groups of group_heads, one
-// group's blocks after the other's and within a group tile by tile (for each tile one block per head of the
-// group): its head, and its rank among its head's blocks. head_coords_heavy_first and block_share (kv_to_half.h)
-// both take their order from here. Unsigned: the producers that reach it through block_share spilled with signed
-// divisions.
-struct GroupedBlock {
-  unsigned head, rank;
-};
-__host__ __device__ inline GroupedBlock grouped_block(unsigned block, unsigned heads, unsigned group_heads,
-                                                      unsigned tiles) {
-  const unsigned group = block / (group_heads * tiles), local = block - group * group_heads * tiles;
-  const unsigned heads_left = heads - group * group_heads;
-  const unsigned tile_row = heads_left < group_heads ? heads_left : group_heads;  // blocks per tile in the group
-  return {group * group_heads + local % tile_row, local / tile_row};
-}
-// The same for a causal grid ordered heaviest first: blocks go through the query tiles from the last (which sees
-// every key) to the first, all heads of one tile before the next tile, so that the last wave holds the cheapest
-// blocks instead of leaving a few long ones running alone. The heads go in groups of group_heads (batch, query
-// head)s, one group's blocks after the other's (all heads in one group but for `wgmma+predecode`, whose grid
-// decodes K and V a group ahead: KvDecodePlan).
-__device__ __forceinline__ HeadCoords head_coords_heavy_first(const AttentionParams& p, int blocks_per_head,
-                                                              int group_heads) {
-  const GroupedBlock b = grouped_block(blockIdx.x, p.batch * p.heads_q, group_heads, blocks_per_head);
-  return coords_of(p, static_cast<int>(b.head), blocks_per_head - 1 - static_cast<int>(b.rank));
-}
 
 // The largest key index + 1 that any query row in [row0, row0 + rows) may attend to.
 __device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int rows) {

@@ -48,6 +48,7 @@
 
 #include "attention_common.cuh"
 #include "fragment_softmax.cuh"
+#include "grid_order.h"
 #include "ptx.cuh"
 #include "tile_rows.cuh"
 #include "hopper.cuh"
@@ -162,11 +163,12 @@ struct WgmmaConfig {
 
 // TMA descriptors of the k and v codes as [B, H, S, D] tensors, with boxes of kBlockN rows: k swizzled for e4m3
 // wgmma (wgmma_fp8) or plain like v. Predecoded, k and v describe the fp16 copies, k_codes and v_codes the plain
-// codes that the grid decodes ahead as `plan` says.
+// codes that the grid decodes ahead as `plan` says. `order` is the grid's (predecoded, the plan's).
 struct WgmmaMaps {
   CUtensorMap k, v;
   CUtensorMap k_codes, v_codes;
   KvDecodePlan plan;
+  GridOrder order;
 };
 
 // An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
@@ -246,17 +248,14 @@ struct WgmmaJob {
 // Blocks from split_from on are split units, kConsumerGroups for each query tile from split_from on
 // (split_tail_from in attention_wgmma.cu).
 template <class Cfg>
-__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const KvDecodePlan& plan, int split_from) {
-  const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
+__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const GridOrder& order, int split_from) {
   const int block = blockIdx.x;
   if (block < split_from) {
-    const int group_heads = Cfg::kPredecoded ? plan.group_heads * plan.query_heads_per_head : p.batch * p.heads_q;
-    const HeadCoords c =
-        p.is_causal ? head_coords_heavy_first(p, blocks_per_head, group_heads) : head_coords(p, blocks_per_head);
+    const HeadCoords c = p.is_causal ? head_coords_heavy_first(order, block) : head_coords_in_order(order, block);
     return {c, c.tile * Cfg::kBlockM, false};
   }
-  const int unit = block - split_from, tile = split_from + unit / Cfg::kConsumerGroups;
-  const HeadCoords c = coords_of(p, tile / blocks_per_head, tile % blocks_per_head);
+  const int unit = block - split_from;
+  const HeadCoords c = head_coords_in_order(order, split_from + unit / Cfg::kConsumerGroups);
   return {c, c.tile * Cfg::kBlockM + unit % Cfg::kConsumerGroups * 64, true};
 }
 
@@ -814,7 +813,7 @@ template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
-  const WgmmaJob job = wgmma_job<Cfg>(p, maps.plan, split_from);
+  const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from);
   if (job.row0 >= p.seqlen_q) return;  // a split unit past the last query row; the whole block leaves
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
@@ -874,6 +873,8 @@ struct WgmmaVariant {
     const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
                                         : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, kFp8Output, &maps);
     if (err != cudaSuccess) return err;
+    // Causal, all heads go tile by tile in one group (but for the plan's groups when predecoded).
+    maps.order = kPredecoded ? maps.plan.order : grid_order(p, query_tiles(p, Cfg::kBlockM), p.batch * p.heads_q);
     const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
     const int64_t split_from =
         Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;

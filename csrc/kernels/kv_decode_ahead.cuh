@@ -59,8 +59,7 @@ __device__ __forceinline__ void decode_ahead(const KvDecodePlan& plan, const CUt
                 job->head_kv, job->batch, loaded + buffer);
   };
   if (elected) {
-    const unsigned batch = head / heads_kv;
-    *job = {head, batch, head - batch * heads_kv, first, count};
+    *job = {head, target.batch, head - target.batch * heads_kv, first, count};
     copy_codes(0);
     if (count > 1) copy_codes(1);
   }

@@ -86,10 +86,11 @@ KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int c
   plan.chunks_per_head = 2 * ((p.seqlen_k + chunk_rows - 1) / chunk_rows);
   plan.lookahead_blocks = std::max(resident_blocks, blocks_per_head);
   plan.chunks_per_share = (plan.chunks_per_head + blocks_per_head - 1) / blocks_per_head;
-  plan.query_heads_per_head = p.heads_q / p.heads_kv;
   // Causal, as many heads per group as the lookahead holds: the heaviest tiles of only those heads come first, and
   // the last wave still holds the cheapest tiles (of the last group).
   plan.group_heads = p.is_causal ? std::min(plan.heads, plan.lookahead_blocks / blocks_per_head) : 1;
+  const int query_heads_per_head = p.heads_q / p.heads_kv;
+  plan.order = grid_order(p, blocks_per_head / query_heads_per_head, plan.group_heads * query_heads_per_head);
   // Unsigned 32-bit block and chunk arithmetic in the grid (block_share, decode_ahead).
   const int64_t blocks = static_cast<int64_t>(plan.heads) * blocks_per_head;
   const bool in_grid = blocks > plan.lookahead_blocks && blocks * plan.chunks_per_share < (int64_t{1} << 31);

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "attention_common.cuh"
+#include "grid_order.h"
 #include "params.h"
 
 namespace sdpa {
@@ -19,8 +19,9 @@ namespace sdpa {
 // or none at the end) of the head of block L + lookahead_blocks and adds the chunks it decoded to
 // decoded_chunks[head], which the readers wait on.
 // The grid runs the kv heads in groups of group_heads, each group's blocks_per_head * group_heads blocks one after
-// the other (block_share): one head per group, its blocks in a row, when not causal; causal, group_heads heads go
-// through their query tiles together, heaviest first (head_coords_heavy_first).
+// the other (`order`, whose groups hold the query heads of group_heads kv heads): one kv head per group, its
+// blocks in a row, when not causal; causal, group_heads kv heads go through their query tiles together, heaviest
+// first (head_coords_heavy_first).
 struct KvDecodePlan {
   __half* k_halves;  // [B, Hkv, Sk, D], contiguous
   __half* v_halves;
@@ -32,22 +33,22 @@ struct KvDecodePlan {
   int chunks_per_head;
   int chunks_per_share;  // ceil(chunks_per_head / blocks_per_head)
   int group_heads;
-  int query_heads_per_head;  // Hq / Hkv
+  GridOrder order;
 };
 
-// The kv head that block `block` of the attention grid reads, and the block's place among that head's blocks
-// (0 ... blocks_per_head - 1): the grid's order over query heads (grouped_block, group_heads kv heads' query heads
-// per group), a query tile's rank and its query head's place among those of its kv head. Causal, that is the order
-// of head_coords_heavy_first. Not causal, a group is one kv head: the place comes out as the block's offset from the
+// The kv head that block `block` of the attention grid reads (batch * Hkv + kv head) and its batch, and the
+// block's place among that head's blocks (0 ... blocks_per_head - 1): the grouped order (grouped_block), a query
+// tile's rank and its query head's place among those of its kv head. Causal, that is the order of
+// head_coords_heavy_first. Not causal, a group is one kv head: the place comes out as the block's offset from the
 // head's first block, whatever the order of its query heads' tiles.
 struct BlockShare {
-  unsigned head, place;
+  unsigned head, batch, place;
 };
 __host__ __device__ inline BlockShare block_share(const KvDecodePlan& plan, unsigned block) {
-  const unsigned per_head = plan.query_heads_per_head;
-  const GroupedBlock b =
-      grouped_block(block, plan.heads * per_head, plan.group_heads * per_head, plan.blocks_per_head / per_head);
-  return {b.head / per_head, b.rank * per_head + b.head % per_head};
+  const FastDivisor& per_head = plan.order.q_per_kv;
+  const GroupedBlock b = grouped_block(block, plan.order);
+  const unsigned head = per_head.quotient(b.head), batch = plan.order.heads_q.quotient(b.head);
+  return {head, batch, b.rank * per_head.divisor + b.head - head * per_head.divisor};
 }
 
 // Bytes of the call's workspace the plan takes: both fp16 copies and the counters.
