@@ -82,7 +82,7 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // 21.8 / 18.9, 2048 42.4 / 38.1, 4096 124.0 / 131.9, 2x16x2048x128 82.2 / 75.2, 4x16x2048x128 170.0 / 147.3. At
 // D = 64 it loses everywhere (4x16x2048x64 175.2 / 168.6, 1x16x8192x64 610.2 / 571.8, causal 118.7 / 103.4 and
 // 329.5 / 301.5): there the attention kernel alone gained 2 us without the decode.
-// Causal grids now decode in the grid too, a group of heads ahead (KvDecodePlan::group_heads): graph us against
+// Causal grids now decode in the grid too, a group of heads ahead (plan_kv_decode): graph us against
 // `wgmma`, H200, 2026-11-22, same run (the pass over every head in brackets): 4x16x2048x128 138.4 / 145.3 (170.4),
 // 1x16x4096x128 115.0 / 121.9 (122.9), 1x16x8192x128 404.9 / 453.4 (444.9), 2x16x2048x128 73.6 / 72.9 (80.3),
 // 4x16x1024x128 53.5 / 47.9 (59.4). The pass still takes the first groups' heads (16 of 32 at 2x16x2048x128), so a

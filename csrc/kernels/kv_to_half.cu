@@ -82,15 +82,14 @@ KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int c
   plan.k_halves = workspace.k_halves(p.workspace);
   plan.v_halves = workspace.v_halves(p.workspace);
   plan.decoded_chunks = workspace.counters(p.workspace);
-  plan.blocks_per_head = blocks_per_head;
   plan.chunks_per_head = 2 * ((p.seqlen_k + chunk_rows - 1) / chunk_rows);
   plan.lookahead_blocks = std::max(resident_blocks, blocks_per_head);
   plan.chunks_per_share = (plan.chunks_per_head + blocks_per_head - 1) / blocks_per_head;
   // Causal, as many heads per group as the lookahead holds: the heaviest tiles of only those heads come first, and
   // the last wave still holds the cheapest tiles (of the last group).
-  plan.group_heads = p.is_causal ? std::min(plan.heads, plan.lookahead_blocks / blocks_per_head) : 1;
+  const int group_heads = p.is_causal ? std::min(plan.heads, plan.lookahead_blocks / blocks_per_head) : 1;
   const int query_heads_per_head = p.heads_q / p.heads_kv;
-  plan.order = grid_order(p, blocks_per_head / query_heads_per_head, plan.group_heads * query_heads_per_head);
+  plan.order = grid_order(p, blocks_per_head / query_heads_per_head, group_heads * query_heads_per_head);
   // Unsigned 32-bit block and chunk arithmetic in the grid (block_share, decode_ahead).
   const int64_t blocks = static_cast<int64_t>(plan.heads) * blocks_per_head;
   const bool in_grid = blocks > plan.lookahead_blocks && blocks * plan.chunks_per_share < (int64_t{1} << 31);
@@ -98,8 +97,8 @@ KvDecodePlan plan_kv_decode(const AttentionParams& p, int blocks_per_head, int c
   // those): every head of the groups they reach.
   plan.prefix_heads = plan.heads;
   if (in_grid) {
-    const int last_group = static_cast<int>(block_share(plan, plan.lookahead_blocks - 1).head) / plan.group_heads;
-    plan.prefix_heads = std::min(plan.heads, (last_group + 1) * plan.group_heads);
+    const int last_group = static_cast<int>(block_share(plan, plan.lookahead_blocks - 1).head) / group_heads;
+    plan.prefix_heads = std::min(plan.heads, (last_group + 1) * group_heads);
   }
   return plan;
 }

@@ -18,10 +18,9 @@ namespace sdpa {
 // lookahead_blocks before the blocks that read that head: block L decodes a share (chunks_per_share chunks, fewer
 // or none at the end) of the head of block L + lookahead_blocks and adds the chunks it decoded to
 // decoded_chunks[head], which the readers wait on.
-// The grid runs the kv heads in groups of group_heads, each group's blocks_per_head * group_heads blocks one after
-// the other (`order`, whose groups hold the query heads of group_heads kv heads): one kv head per group, its
-// blocks in a row, when not causal; causal, group_heads kv heads go through their query tiles together, heaviest
-// first (head_coords_heavy_first).
+// The grid runs the kv heads in groups (`order`, whose groups hold the query heads of whole kv heads), each
+// group's blocks one after the other: one kv head per group, its blocks in a row, when not causal; causal, as many
+// kv heads as the lookahead holds go through their query tiles together, heaviest first (head_coords_heavy_first).
 struct KvDecodePlan {
   __half* k_halves;  // [B, Hkv, Sk, D], contiguous
   __half* v_halves;
@@ -29,15 +28,13 @@ struct KvDecodePlan {
   int heads;                 // B * Hkv
   int prefix_heads;
   int lookahead_blocks;
-  int blocks_per_head;
   int chunks_per_head;
-  int chunks_per_share;  // ceil(chunks_per_head / blocks_per_head)
-  int group_heads;
+  int chunks_per_share;  // ceil(chunks_per_head / the blocks per kv head)
   GridOrder order;
 };
 
 // The kv head that block `block` of the attention grid reads (batch * Hkv + kv head) and its batch, and the
-// block's place among that head's blocks (0 ... blocks_per_head - 1): the grouped order (grouped_block), a query
+// block's place among that head's blocks (0 ... its blocks - 1): the grouped order (grouped_block), a query
 // tile's rank and its query head's place among those of its kv head. Causal, that is the order of
 // head_coords_heavy_first. Not causal, a group is one kv head: the place comes out as the block's offset from the
 // head's first block, whatever the order of its query heads' tiles.
@@ -56,8 +53,8 @@ int64_t kv_decode_workspace_bytes(const AttentionParams& params);
 
 // The plan for an attention grid of blocks_per_head blocks per kv head. In-grid decoding needs every block of a
 // head to start after the blocks that decode it, which come lookahead_blocks before the head's blocks: the blocks
-// of a head must lie within fewer than lookahead_blocks consecutive blocks, which group_heads * blocks_per_head <=
-// lookahead_blocks ensures. `resident_blocks` (the blocks the GPU runs at once) is the lookahead that leaves each
+// of a head must lie within fewer than lookahead_blocks consecutive blocks, which groups of at most lookahead_blocks
+// blocks ensure. `resident_blocks` (the blocks the GPU runs at once) is the lookahead that leaves each
 // share a block's lifetime to land. When the grid is no longer than the lookahead the pass decodes every head.
 KvDecodePlan plan_kv_decode(const AttentionParams& params, int blocks_per_head, int chunk_rows, int resident_blocks);
 
