@@ -240,20 +240,10 @@ struct FragmentRows {
   template <int kKSteps>
   __device__ void load_half_q_codes(uint32_t (&q)[kKSteps][2], const uint8_t* q_head, int64_t row_stride,
                                     int seqlen_q, bool flip_sign, int lane) const {
-    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
-#pragma unroll
-    for (int ks = 0; ks < kKSteps; ++ks) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        q[ks][r] = 0u;
-        if (row[r] < seqlen_q) {
-          const uint8_t* pair = q_head + row[r] * row_stride + ks * 16 + 2 * (lane % 4);
-          const uint32_t low = *reinterpret_cast<const uint16_t*>(pair);
-          const uint32_t high = *reinterpret_cast<const uint16_t*>(pair + 8);
-          q[ks][r] = (low | high << 16) ^ sign;
-        }
-      }
-    }
+    load_q_words(q, q_head, row_stride, seqlen_q, flip_sign, lane, [](const uint4& chunk, int c) {
+      // Halfwords c and c + 4 of the chunk (words c / 2 and 2 + c / 2).
+      return __byte_perm(c < 2 ? chunk.x : chunk.y, c < 2 ? chunk.z : chunk.w, c % 2 ? 0x7632 : 0x5410);
+    });
   }
 
   // The E4M3 A fragments of the warp's 16 rows of Q for k32 steps (mma.sync m16n8k32, and wgmma's register
@@ -262,13 +252,54 @@ struct FragmentRows {
   template <int kKSteps>
   __device__ void load_code_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
                               bool flip_sign, int lane) const {
-    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
+    uint32_t words[2 * kKSteps][2];
+    load_q_words(words, q_head, row_stride, seqlen_q, flip_sign, lane, [](const uint4& chunk, int c) {
+      return c == 0 ? chunk.x : c == 1 ? chunk.y : c == 2 ? chunk.z : chunk.w;  // word c: dims 4c .. 4c + 3
+    });
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = row[i % 2], col = ks * 32 + (i / 2) * 16 + 4 * (lane % 4);
-        q[ks][i] = r < seqlen_q ? *reinterpret_cast<const uint32_t*>(q_head + r * row_stride + col) ^ sign : 0u;
+      for (int i = 0; i < 4; ++i) q[ks][i] = words[2 * ks + i / 2][i % 2];
+    }
+  }
+
+  // The word that lane c of the quad needs of each 16-code chunk of its two rows: words[k][r] = pick(chunk k of
+  // row[r], c), where chunk k holds dims 16 k ... 16 k + 15; signs flipped when flip_sign, rows past seqlen_q zero
+  // and not read. The lanes of a quad share their rows, so lane c loads chunks c, c + 4, ... with 16-byte loads (a
+  // warp's load takes 64 contiguous bytes of each of its 8 rows), picks every quad lane's word out of each and
+  // trades them over the quad (transpose_quad). Every variant that loads Q here needs 16-byte aligned rows
+  // (attention_dispatch.cu). Loading each word where it is needed took 2- or 4-byte loads, 8 rows apart per warp
+  // instruction. At 4x16x2048x128 (H200, clock64 stamps, medians over the blocks after the first wave) the 32
+  // two-byte loads per thread of `wgmma+predecode` had Q in registers 3.2k cycles after its consumers started, its
+  // first K tile having landed before; now 2.0k. SM cycles of the attention kernel (base clock): 365.0k -> 362.1k,
+  // causal (`wgmma`) 227.0k -> 220.7k.
+  template <int kChunks, class Pick>
+  __device__ void load_q_words(uint32_t (&words)[kChunks][2], const uint8_t* q_head, int64_t row_stride,
+                               int seqlen_q, bool flip_sign, int lane, Pick pick) const {
+    static_assert(kChunks % 4 == 0, "whole quads of chunks");
+    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
+    uint4 chunks[kChunks / 4][2];
+#pragma unroll
+    for (int j = 0; j < kChunks / 4; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        chunks[j][r] = make_uint4(0u, 0u, 0u, 0u);
+        if (row[r] < seqlen_q) {
+          const uint4 c = *reinterpret_cast<const uint4*>(q_head + row[r] * row_stride + 16 * (4 * j + lane % 4));
+          chunks[j][r] = make_uint4(c.x ^ sign, c.y ^ sign, c.z ^ sign, c.w ^ sign);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kChunks / 4; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        uint32_t w[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) w[c] = pick(chunks[j][r], c);
+        transpose_quad(w, lane);  // now w[k] is this lane's word of chunk 4 j + k
+#pragma unroll
+        for (int k = 0; k < 4; ++k) words[4 * j + k][r] = w[k];
       }
     }
   }
