@@ -141,8 +141,10 @@ struct WgmmaConfig {
   // Predecoded: two buffers of a code tile for the producers' decode ahead (kv_decode_ahead.cuh); 225 KB in all
   // at D = 128.
   static constexpr int kAheadBufferBytes = kPredecoded ? kBlockN * kHeadDim : 0;
-  // An mbarrier per slot and per decode-ahead buffer, and the DecodeAheadJob.
-  static constexpr int kBarrierBytes = 8 * (kStages + 2) + sizeof(DecodeAheadJob);
+  // An mbarrier per slot and per decode-ahead buffer (predecoded, one more for the first tile's V: load_half_tiles),
+  // and the DecodeAheadJob.
+  static constexpr int kMbarriers = kStages + 2 + (kPredecoded ? 1 : 0);
+  static constexpr int kBarrierBytes = 8 * kMbarriers + sizeof(DecodeAheadJob);
   static constexpr int kQTileBytes = kQInSmem ? kBlockM * kHeadDim * 2 : 0;
   // A split unit's groups 1 and 2 leave their O, row max and row sums (kPartialFloats per lane) for group 0.
   static constexpr int kPartialFloats = kHeadDim / 2 + 4;
@@ -201,7 +203,10 @@ struct WgmmaSmem {
     return reinterpret_cast<uint64_t*>(partials() + Cfg::kPartialBytes / 4) + slot;
   }
   __device__ uint64_t* ahead_loaded() const { return tile_loaded(Cfg::kStages); }  // two mbarriers
-  __device__ DecodeAheadJob* ahead_job() const { return reinterpret_cast<DecodeAheadJob*>(ahead_loaded() + 2); }
+  __device__ uint64_t* first_values_loaded() const { return ahead_loaded() + 2; }  // predecoded
+  __device__ DecodeAheadJob* ahead_job() const {
+    return reinterpret_cast<DecodeAheadJob*>(tile_loaded(0) + Cfg::kMbarriers);
+  }
 };
 
 // Named barriers (id 0 is __syncthreads', then the consumers' after decode_q_tile and before a split unit's merge):
@@ -427,6 +432,13 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 // The copier of `wgmma+predecode`: one warp, whose first lane waits until the block's kv head is decoded and then
 // starts the TMA copies of each tile's fp16 K and V panels into a slot once the consumers are done with the tile it
 // held (HALVES_FREE); the consumers wait on the copies' mbarrier themselves.
+// The first tile's K lands on its slot's mbarrier alone and its V on first_values_loaded, so that a block's first
+// Q K^T waits for half the bytes (the consumers wait for that V after their first softmax). At 4x16x2048x128 (H200,
+// clock64 stamps, medians over the blocks after the first wave) the first K tile was in shared memory ~3.1k cycles
+// into a block against ~3.4k for K and V, and 6.0k against 6.5-7.5k in the first wave, whose blocks all copy at
+// once; SM cycles of the attention kernel (base clock, interleaved): 362.8k, 362.8k -> 359.3k, 357.0k. Later tiles
+// keep one mbarrier for K and V: one for each tile's V cost a second wait in every pass of the loop, 2432 against
+// 2367 cycles per tile.
 template <class Cfg>
 __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
                                                 const HeadCoords& c, int heads_kv, int tiles) {
@@ -434,19 +446,27 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
   constexpr int kN = Cfg::kBlockN;
   const bool elected = threadIdx.x % 32 == 0;
   if (elected) wait_for_decoded_head(maps.plan, c.batch * heads_kv + c.head_kv);
-  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
+  auto copy_panels = [&](const CUtensorMap& map, __half* halves, int tile, uint64_t* loaded) {
+#pragma unroll
+    for (int panel = 0; panel < Cfg::kHeadDim / 64; ++panel) {
+      tma_load_4d(halves + panel * Cfg::kPanelBytes / 2, map, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
+    }
+  };
+  if (elected) {
+    mbarrier_arrive_expect_bytes(smem.tile_loaded(0), Cfg::kHalfTileBytes);
+    copy_panels(maps.k, smem.k_halves(0), 0, smem.tile_loaded(0));
+    mbarrier_arrive_expect_bytes(smem.first_values_loaded(), Cfg::kHalfTileBytes);
+    copy_panels(maps.v, smem.v_halves(0), 0, smem.first_values_loaded());
+  }
+  for (int tile = 1, slot = 1; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
     if (Bars::refilled(tile - Cfg::kStages, tiles)) {
       barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
     }
     if (elected) {
       uint64_t* loaded = smem.tile_loaded(slot);
       mbarrier_arrive_expect_bytes(loaded, 2 * Cfg::kHalfTileBytes);
-#pragma unroll
-      for (int panel = 0; panel < Cfg::kHeadDim / 64; ++panel) {
-        const int offset = panel * Cfg::kPanelBytes / 2;  // in halves
-        tma_load_4d(smem.k_halves(slot) + offset, maps.k, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
-        tma_load_4d(smem.v_halves(slot) + offset, maps.v, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
-      }
+      copy_panels(maps.k, smem.k_halves(slot), tile, loaded);
+      copy_panels(maps.v, smem.v_halves(slot), tile, loaded);
     }
   }
 }
@@ -704,7 +724,8 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
   // The tiles this group multiplies: the block's first group_tiles; the producers still load all `tiles`.
   const int group_tiles = Cfg::kGroupTiles ? key_tiles_of_rows(p, job.row0 + q_row0, 64, kN) : tiles;
-  // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier.
+  // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier (for the
+  // first tile its K only).
   auto wait_for_tile = [&](int tile, int slot) {
     if constexpr (Cfg::kPredecoded) {
       mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
@@ -721,6 +742,10 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   // Lets the producers refill the slot of a tile once its P V is done (they wait only for the slots they refill).
   auto free_halves = [&](int tile, int slot) {
     if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+  };
+  // Predecoded, waits for the first tile's V (load_half_tiles), before any P V.
+  auto wait_for_first_values = [&] {
+    if constexpr (Cfg::kPredecoded) mbarrier_wait(smem.first_values_loaded(), 0);
   };
   auto take_turn = [&] {
     if constexpr (Cfg::kTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
@@ -759,6 +784,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);
   free_codes(0, 0);
   w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
+  wait_for_first_values();  // landed during the softmax
   int slot = 0;  // tile % kStages, counted rather than divided
   for (int tile = 1; tile < group_tiles; ++tile) {
     const int prev = slot;
@@ -818,7 +844,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
   if (threadIdx.x == 0) {
-    for (int bar = 0; bar < Cfg::kStages + 2; ++bar) mbarrier_init(smem.tile_loaded(bar), 1);  // + ahead_loaded
+    for (int bar = 0; bar < Cfg::kMbarriers; ++bar) mbarrier_init(smem.tile_loaded(bar), 1);  // and the others
     fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers are initialized
