@@ -38,7 +38,7 @@ def extension():
 
     os.environ["TORCH_CUDA_ARCH_LIST"] = hopper_as_sm90a(os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS))
     print(f"sdpa_ext: building CPU and CUDA parts for TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']}")
-    cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/kernels/*.cu"))
+    cuda_sources = sorted(glob.glob("csrc/cuda/*.cpp")) + sorted(glob.glob("csrc/kernels/**/*.cu", recursive=True))
     nvcc_flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-lineinfo"]
     return cpp_extension.CUDAExtension(
         "sdpa_ext._C",

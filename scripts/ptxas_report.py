@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles every CUDA source in csrc/kernels with nvcc alone (no torch) and reports per-kernel resources.
+"""Compiles every CUDA source under csrc/kernels with nvcc alone (no torch) and reports per-kernel resources.
 
     python scripts/ptxas_report.py [--arch sm_89 --arch sm_90a]
 
@@ -87,7 +87,7 @@ def collect(archs=DEFAULT_ARCHS, nvcc=None, jobs=2):
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise FileNotFoundError("nvcc not found")
-    sources = sorted(KERNEL_DIR.glob("*.cu"))
+    sources = sorted(KERNEL_DIR.rglob("*.cu"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         parts = pool.map(lambda job: compile_one(nvcc, *job), [(s, a) for s in sources for a in archs])
         kernels = [k for part in parts for k in part]

@@ -3,12 +3,12 @@
 // scripts/ptxas_report.py compiles and runs it beside the ptxas pass, which sees only static shared memory.
 #include <cstdio>
 
-#include "../csrc/kernels/attention_fp8.cuh"
-#include "../csrc/kernels/attention_fp8_split.cuh"
-#include "../csrc/kernels/attention_mma.cuh"
-#include "../csrc/kernels/attention_scalar.cuh"
-#include "../csrc/kernels/attention_wgmma.cuh"
-#include "../csrc/kernels/attention_wmma.cuh"
+#include "../csrc/kernels/fp8_mma/attention_fp8.cuh"
+#include "../csrc/kernels/fp8_mma/attention_fp8_split.cuh"
+#include "../csrc/kernels/hopper/attention_wgmma.cuh"
+#include "../csrc/kernels/ladder/attention_mma.cuh"
+#include "../csrc/kernels/ladder/attention_scalar.cuh"
+#include "../csrc/kernels/ladder/attention_wmma.cuh"
 
 namespace {
 

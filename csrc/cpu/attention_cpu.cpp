@@ -11,7 +11,7 @@
 
 #include "../checks.h"
 #include "../forward.h"
-#include "../kernels/fp8.h"
+#include "../kernels/common/fp8.h"
 
 namespace sdpa {
 namespace {

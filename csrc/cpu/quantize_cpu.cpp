@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "../checks.h"
-#include "../kernels/fp8.h"
+#include "../kernels/common/fp8.h"
 
 namespace sdpa {
 namespace {

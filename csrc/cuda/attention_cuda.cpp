@@ -11,7 +11,7 @@
 
 #include "../checks.h"
 #include "../forward.h"
-#include "../kernels/launch.h"
+#include "../kernels/dispatch/launch.h"
 
 namespace sdpa {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "../checks.h"
-#include "../kernels/launch.h"
+#include "../kernels/dispatch/launch.h"
 
 namespace sdpa {
 namespace {

@@ -12,9 +12,9 @@
 // relies on the same.)
 #pragma once
 
+#include "../common/tile_rows.cuh"
 #include "hopper.cuh"
 #include "kv_to_half.h"
-#include "tile_rows.cuh"
 
 namespace sdpa {
 

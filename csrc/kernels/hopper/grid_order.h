@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "attention_common.cuh"
-#include "params.h"
+#include "../common/attention_common.cuh"
+#include "../common/params.h"
 
 namespace sdpa {
 

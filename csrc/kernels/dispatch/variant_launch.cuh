@@ -4,7 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "params.h"
+#include "../common/params.h"
 
 namespace sdpa {
 

@@ -4,10 +4,10 @@
 // The pass decodes the plan's first heads only; the attention grid decodes the others (kv_decode_ahead.cuh).
 #include <algorithm>
 
-#include "attention_common.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/ptx.cuh"
+#include "../common/tile_rows.cuh"
 #include "kv_to_half.h"
-#include "ptx.cuh"
-#include "tile_rows.cuh"
 
 namespace sdpa {
 namespace {

@@ -13,10 +13,10 @@
 #include <climits>
 #include <type_traits>
 
-#include "attention_common.cuh"
-#include "fp8.h"
-#include "launch.h"
-#include "ptx.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/fp8.h"
+#include "../common/ptx.cuh"
+#include "../dispatch/launch.h"
 
 namespace sdpa {
 namespace {

@@ -1,9 +1,9 @@
 // The native-FP8 variants: 64-, 32- and 16-row query tiles (4, 2 and 1 warps per block), and 32-row tiles with
 // the keys split four ways across 8 warps.
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_fp8.cuh"
 #include "attention_fp8_split.cuh"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 

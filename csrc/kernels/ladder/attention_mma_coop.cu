@@ -1,7 +1,7 @@
 // Cooperative mma.sync variants: every warp loads (cp.async ring) and computes.
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_mma.cuh"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 

@@ -1,10 +1,10 @@
 // The Hopper variants (sm_90a): wgmma fed by TMA and a producer warpgroup. Host side: the TMA descriptors.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_wgmma.cuh"
 #include "kv_to_half.h"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "attention_common.cuh"
-#include "kv_to_half.h"
+#include "../common/attention_common.cuh"
+#include "../hopper/kv_to_half.h"
 #include "launch.h"
 #include "variant_launchers.h"
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ptx.cuh"
+#include "../common/ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SDPA_HAS_SM90A 1

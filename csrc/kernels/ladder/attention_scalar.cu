@@ -1,7 +1,7 @@
 // The scalar family: `scalar` (synchronous tile loads) and `cp_async` (double-buffered cp.async ring).
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_scalar.cuh"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 

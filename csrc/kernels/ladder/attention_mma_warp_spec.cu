@@ -1,7 +1,7 @@
 // Warp-specialized mma.sync variants: 1 or 2 producer warps fill a 2-stage ring of fp16 K/V tiles.
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_mma.cuh"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 

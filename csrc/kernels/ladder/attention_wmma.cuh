@@ -10,8 +10,8 @@
 
 #include <mma.h>
 
-#include "attention_common.cuh"
-#include "fp8.h"
+#include "../common/attention_common.cuh"
+#include "../common/fp8.h"
 
 namespace sdpa {
 

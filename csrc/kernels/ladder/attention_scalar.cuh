@@ -11,9 +11,9 @@
 // streams raw code tiles into a double buffer with cp.async, so tile j + 1 loads while tile j is computed.
 #pragma once
 
-#include "attention_common.cuh"
-#include "fp8.h"
-#include "tile_rows.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/fp8.h"
+#include "../common/tile_rows.cuh"
 
 namespace sdpa {
 

@@ -11,10 +11,10 @@
 // kWarps sets the query tile (16 rows per warp): fewer rows per block mean more blocks for small batches.
 #pragma once
 
-#include "attention_common.cuh"
-#include "fragment_softmax.cuh"
-#include "ptx.cuh"
-#include "tile_rows.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/fragment_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/tile_rows.cuh"
 
 namespace sdpa {
 

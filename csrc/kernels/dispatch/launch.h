@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "params.h"
+#include "../common/params.h"
 
 namespace sdpa {
 

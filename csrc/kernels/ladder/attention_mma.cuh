@@ -11,10 +11,10 @@
 // into the softmax scale and the epilogue, as in the scalar kernel. P is fp16: the "full" precision tier.
 #pragma once
 
-#include "attention_common.cuh"
-#include "ptx.cuh"
-#include "fragment_softmax.cuh"
-#include "tile_rows.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/fragment_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/tile_rows.cuh"
 
 namespace sdpa {
 

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
+#include "../common/params.h"
 #include "grid_order.h"
-#include "params.h"
 
 namespace sdpa {
 

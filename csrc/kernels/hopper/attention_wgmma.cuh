@@ -46,11 +46,11 @@
 
 #include <type_traits>
 
-#include "attention_common.cuh"
-#include "fragment_softmax.cuh"
+#include "../common/attention_common.cuh"
+#include "../common/fragment_softmax.cuh"
+#include "../common/ptx.cuh"
+#include "../common/tile_rows.cuh"
 #include "grid_order.h"
-#include "ptx.cuh"
-#include "tile_rows.cuh"
 #include "hopper.cuh"
 #include "kv_decode_ahead.cuh"
 

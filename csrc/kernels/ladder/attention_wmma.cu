@@ -1,7 +1,7 @@
 // The `wmma` variant.
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
 #include "attention_wmma.cuh"
-#include "variant_launch.cuh"
-#include "variant_launchers.h"
 
 namespace sdpa {
 
