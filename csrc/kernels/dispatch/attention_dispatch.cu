@@ -59,7 +59,7 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 
 // Fastest full-tier variant by head dim and key length, from `python -m sdpa_ext.bench --preset sweep [--causal]`
 // (1x16xSxD, fp16 inputs, S = 512 ... 16384) plus 4x16x2048xD, on an H200, 2026-11-21, commit 5542243
-// (benchmarks/results/h200-2026-11-21-softmax.md); applied to every arch until other GPUs are measured.
+// (benchmarks/results/history/h200-2026-11-21-softmax.md); applied to every arch until other GPUs are measured.
 //   D = 64:  warp_spec+2producers+swizzle wins at every length, causal or not, by 10-25% (S = 8192: 1137 us
 //            against 1365 us for fused_softmax+swizzle; the mission shape 1x8x512x64: 9.5 against 13.1 us).
 //   D = 128: warp_spec+2producers+swizzle wins at the ends (S = 512: 21.0 vs 23.8 us; S = 8192: 2695 vs
