@@ -32,15 +32,50 @@ inline void check_scale(const at::Tensor& scale, const char* name, int64_t batch
               heads_name, "] = [", batch, ", ", heads, "], got ", scale.sizes());
 }
 
+// q may also hold values (fp16, bf16 or fp32) that the op quantizes per head itself, as quantize_fp8 would.
+inline bool is_float_query(const at::Tensor& q) {
+  return q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat;
+}
+
+inline void check_query(const at::Tensor& q, const std::optional<at::Tensor>& q_scale) {
+  if (!is_float_query(q)) {
+    TORCH_CHECK(q.scalar_type() == at::kFloat8_e4m3fn || q.scalar_type() == at::kByte,
+                "q must be E4M3 codes (torch.float8_e4m3fn or torch.uint8) or torch.float16, torch.bfloat16 or "
+                "torch.float32 values to quantize, got ", q.scalar_type());
+    TORCH_CHECK(q_scale.has_value(), "q_scale is required when q holds E4M3 codes (it may be None only for "
+                "float16, bfloat16 or float32 q, which is then quantized per head)");
+  }
+  TORCH_CHECK(q.dim() == 4, "q must have 4 dims [B, H, S, D], got ", q.dim(), " dims (shape ", q.sizes(), ")");
+  TORCH_CHECK(q.numel() > 0, "q must be non-empty, got shape ", q.sizes());
+  TORCH_CHECK(q.stride(3) == 1, "q must have a contiguous last dim (stride(-1) == 1), got strides ", q.strides());
+}
+
+enum class CausalAlignment { kTopLeft, kBottomRight };
+
+inline CausalAlignment parse_causal_alignment(c10::string_view alignment) {
+  if (alignment == "top_left") return CausalAlignment::kTopLeft;
+  TORCH_CHECK(alignment == "bottom_right", "causal_alignment must be 'top_left' or 'bottom_right', got '", alignment,
+              "'");
+  return CausalAlignment::kBottomRight;
+}
+
+inline void check_seqlens_k(const at::Tensor& seqlens_k, const at::Tensor& q) {
+  check_same_device(seqlens_k, "seqlens_k", q);
+  TORCH_CHECK(seqlens_k.scalar_type() == at::kInt, "seqlens_k must be torch.int32, got ", seqlens_k.scalar_type());
+  TORCH_CHECK(seqlens_k.dim() == 1 && seqlens_k.size(0) == q.size(0), "seqlens_k must have shape [B] = [", q.size(0),
+              "], got ", seqlens_k.sizes());
+}
+
 inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                            const at::Tensor& q_scale, const at::Tensor& k_scale,
-                                            const at::Tensor& v_scale) {
-  check_codes(q, "q");
+                                            const std::optional<at::Tensor>& q_scale, const at::Tensor& k_scale,
+                                            const at::Tensor& v_scale,
+                                            const std::optional<at::Tensor>& seqlens_k = std::nullopt) {
+  check_query(q, q_scale);
   check_codes(k, "k");
   check_codes(v, "v");
   check_same_device(k, "k", q);
   check_same_device(v, "v", q);
-  check_same_device(q_scale, "q_scale", q);
+  if (q_scale.has_value()) check_same_device(*q_scale, "q_scale", q);
   check_same_device(k_scale, "k_scale", q);
   check_same_device(v_scale, "v_scale", q);
 
@@ -51,9 +86,10 @@ inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tenso
   TORCH_CHECK(v.sizes() == k.sizes(), "v must have the same shape as k ", k.sizes(), ", got ", v.sizes());
   TORCH_CHECK(d.heads_q % d.heads_kv == 0, "q heads (", d.heads_q, ") must be a multiple of k/v heads (", d.heads_kv,
               ") for grouped-query attention");
-  check_scale(q_scale, "q_scale", d.batch, d.heads_q, "Hq");
+  if (q_scale.has_value()) check_scale(*q_scale, "q_scale", d.batch, d.heads_q, "Hq");
   check_scale(k_scale, "k_scale", d.batch, d.heads_kv, "Hkv");
   check_scale(v_scale, "v_scale", d.batch, d.heads_kv, "Hkv");
+  if (seqlens_k.has_value()) check_seqlens_k(*seqlens_k, q);
   return d;
 }
 
@@ -107,6 +143,46 @@ inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, 
     TORCH_CHECK(inputs[t].scalar_type() == q.scalar_type(), names[t], " must have the dtype of q (", q.scalar_type(),
                 "), got ", inputs[t].scalar_type());
     check_same_device(inputs[t], names[t], q);
+  }
+}
+
+// kv_cache_append: k and v [B, H, T, D] values of one dtype, the caches [B, H, capacity, D] E4M3 codes, the scales
+// [B, H] float32, start [B] int32 and the optional key shift [B, H, D] float32, all on k's device.
+inline void check_kv_cache_append_inputs(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_cache,
+                                         const at::Tensor& v_cache, const at::Tensor& k_scale,
+                                         const at::Tensor& v_scale, const at::Tensor& start,
+                                         const std::optional<at::Tensor>& k_shift) {
+  check_quantize_inputs(k, std::nullopt, "k");
+  check_quantize_inputs(v, std::nullopt, "v");
+  TORCH_CHECK(v.scalar_type() == k.scalar_type(), "v must have the dtype of k (", k.scalar_type(), "), got ",
+              v.scalar_type());
+  TORCH_CHECK(v.sizes() == k.sizes(), "v must have the shape of k ", k.sizes(), ", got ", v.sizes());
+  TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "k and v must have a contiguous last dim, got strides ",
+              k.strides(), " and ", v.strides());
+  check_codes(k_cache, "k_cache");
+  check_codes(v_cache, "v_cache");
+  TORCH_CHECK(k_cache.size(0) == k.size(0) && k_cache.size(1) == k.size(1) && k_cache.size(3) == k.size(3),
+              "k_cache must have shape [B, H, capacity, D] with B, H, D of k ", k.sizes(), ", got ", k_cache.sizes());
+  TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), "v_cache must have the shape of k_cache ", k_cache.sizes(), ", got ",
+              v_cache.sizes());
+  const char* names[] = {"v", "k_cache", "v_cache", "k_scale", "v_scale", "start"};
+  const at::Tensor* tensors[] = {&v, &k_cache, &v_cache, &k_scale, &v_scale, &start};
+  for (int i = 0; i < 6; ++i) {
+    TORCH_CHECK(tensors[i]->device() == k.device(), names[i], " must be on the same device as k (", k.device(),
+                "), got ", tensors[i]->device());
+  }
+  check_scale(k_scale, "k_scale", k.size(0), k.size(1), "H");
+  check_scale(v_scale, "v_scale", k.size(0), k.size(1), "H");
+  TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == k.size(0),
+              "start must be a torch.int32 tensor of shape [B] = [", k.size(0), "], got ", start.scalar_type(), " ",
+              start.sizes());
+  if (k_shift.has_value()) {
+    TORCH_CHECK(k_shift->device() == k.device(), "k_shift must be on the same device as k (", k.device(), "), got ",
+                k_shift->device());
+    TORCH_CHECK(k_shift->scalar_type() == at::kFloat &&
+                    k_shift->sizes() == at::IntArrayRef({k.size(0), k.size(1), k.size(3)}),
+                "k_shift must be a torch.float32 tensor of shape [B, H, D] = [", k.size(0), ", ", k.size(1), ", ",
+                k.size(3), "], got ", k_shift->scalar_type(), " ", k_shift->sizes());
   }
 }
 

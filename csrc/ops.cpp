@@ -13,14 +13,18 @@ PyObject* PyInit__C(void) {
 
 TORCH_LIBRARY(sdpa, m) {
   m.def(
-      "fp8_forward(Tensor q, Tensor k, Tensor v, Tensor q_scale, Tensor k_scale, Tensor v_scale, "
-      "bool is_causal=False, float? scale=None, ScalarType? out_dtype=None, str variant=\"auto\") "
-      "-> (Tensor out, Tensor lse)");
+      "fp8_forward(Tensor q, Tensor k, Tensor v, Tensor? q_scale, Tensor k_scale, Tensor v_scale, "
+      "bool is_causal=False, float? scale=None, ScalarType? out_dtype=None, str variant=\"auto\", "
+      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\") -> (Tensor out, Tensor lse)");
   m.def(
-      "fp8_forward_into(Tensor q, Tensor k, Tensor v, Tensor q_scale, Tensor k_scale, Tensor v_scale, "
-      "Tensor(a!) out, Tensor(b!) lse, bool is_causal=False, float? scale=None, str variant=\"auto\") -> ()");
+      "fp8_forward_into(Tensor q, Tensor k, Tensor v, Tensor? q_scale, Tensor k_scale, Tensor v_scale, "
+      "Tensor(a!) out, Tensor(b!) lse, bool is_causal=False, float? scale=None, str variant=\"auto\", "
+      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\") -> ()");
   m.def("quantize_fp8(Tensor x, Tensor? scale=None) -> (Tensor x_fp8, Tensor scale)");
   m.def(
       "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
+  m.def(
+      "kv_cache_append(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_scale, "
+      "Tensor v_scale, Tensor start, Tensor? k_shift=None) -> ()");
 }

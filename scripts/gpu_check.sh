@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: build sdpa_ext for this GPU's arch only, run the whole test suite on the GPU, run the
-# benchmark at the mission shape, and print a short summary table last.
+# benchmark at the mission shape and the decode rows, and print a short summary table last.
 #
 #   SDPA_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_check.sh [extra pytest args]
+#   SDPA_TESTS="tests/test_decode.py tests/test_kv_cache.py" bash scripts/gpu_check.sh   # a subset of the suite
 #
 # Logs and JSON go to $OUT (the device tool's output folder) or ./out.
 set -uo pipefail
@@ -27,7 +28,8 @@ if ! $PYTHON -m pip install --no-build-isolation --no-deps --no-index -e . >"$OU
 fi
 echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} in $(($(date +%s) - start)) s"
 
-$PYTHON -m pytest -q -p no:cacheprovider tests --junitxml="$OUT/junit.xml" "$@" >"$OUT/pytest.log" 2>&1
+# shellcheck disable=SC2086  # SDPA_TESTS is a list of paths
+$PYTHON -m pytest -q -p no:cacheprovider ${SDPA_TESTS:-tests} --junitxml="$OUT/junit.xml" "$@" >"$OUT/pytest.log" 2>&1
 tests_status=$?
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -25
 
@@ -35,5 +37,8 @@ grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -25
 # the same kernel, read 4.7 and 4.5 us in one pass on an H200).
 $PYTHON -m sdpa_ext.bench --rounds 5 --json "$OUT/bench.json" >"$OUT/bench.log" 2>&1 || tail -30 "$OUT/bench.log"
 cat "$OUT/bench.log"
+$PYTHON -m sdpa_ext.bench --preset decode --rounds 3 --json "$OUT/decode.json" >"$OUT/decode.log" 2>&1 ||
+  tail -30 "$OUT/decode.log"
+cat "$OUT/decode.log"
 $PYTHON scripts/summarize.py --junit "$OUT/junit.xml" --errors "$OUT/errors.json" --bench "$OUT/bench.json"
 exit $tests_status

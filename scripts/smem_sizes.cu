@@ -3,6 +3,7 @@
 // scripts/ptxas_report.py compiles and runs it beside the ptxas pass, which sees only static shared memory.
 #include <cstdio>
 
+#include "../csrc/kernels/decode/attention_decode.cuh"
 #include "../csrc/kernels/fp8_mma/attention_fp8.cuh"
 #include "../csrc/kernels/fp8_mma/attention_fp8_split.cuh"
 #include "../csrc/kernels/hopper/attention_wgmma.cuh"
@@ -39,6 +40,8 @@ void print_sizes() {
       {"wgmma_m192", WgmmaConfig<kHeadDim, false, false, kHeadDim == 64 ? 3 : 2>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
       {"wgmma_fp8+fp8_pv", WgmmaConfig<kHeadDim, true, false, 2, true>::kSmemBytes},
+      // Every packed-row width has the same rings (DecodeConfig::kStages keeps 12 slots).
+      {"decode", DecodeConfig<kHeadDim, 1>::kSmemBytes},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
 }

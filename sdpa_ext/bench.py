@@ -5,6 +5,7 @@
     python -m sdpa_ext.bench --shape 4,16,2048,128 --causal --variant auto --variant pipe3+swizzle
     python -m sdpa_ext.bench --preset targets --variant auto --rounds 5     # medians over 5 interleaved passes
     python -m sdpa_ext.bench --preset targets --variant auto --sustained 3  # each row after 3 s of itself
+    python -m sdpa_ext.bench --preset decode --rounds 3       # decode from an FP8 cache (bench_decode.py)
 
 Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
 end-to-end drop-in from fp16/bf16, and every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
@@ -283,7 +284,8 @@ def progress(items, enabled):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="named shape set (default: mission)")
+    parser.add_argument("--preset", choices=sorted([*PRESETS, "decode"]),
+                        help="named shape set (default: mission); 'decode': KV-cache decode rows (GPU only)")
     parser.add_argument("--shape", type=parse_shape, action="append", help="B,H,S,D (repeatable)")
     parser.add_argument("--causal", action="store_true", help="causal mask (top-left aligned)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), action="append", help="fp16 and/or bf16 (default fp16)")
@@ -301,6 +303,8 @@ def main(argv=None):
 
     cuda = torch.cuda.is_available() and torch._C._dispatch_has_kernel_for_dispatch_key("sdpa::fp8_forward", "CUDA")
     device = "cuda" if cuda else "cpu"
+    if args.preset == "decode":
+        return run_decode(args, cuda)
     variants = args.variant or (["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch())] if cuda else ["auto"])
     shapes = (args.shape or []) + (PRESETS[args.preset] if args.preset else [])
     shapes = shapes or PRESETS["mission"]
@@ -321,6 +325,21 @@ def main(argv=None):
         args.json.write_text(json.dumps({**env, "command": " ".join(sys.argv), "results": results}, indent=1))
     if args.plot:
         plot(results, args.plot)
+    return 0
+
+
+def run_decode(args, cuda):
+    if not cuda:
+        print("--preset decode times GPU kernels against the GPU's SDPA backends: no CUDA GPU (or no CUDA build)")
+        return 1
+    from sdpa_ext import bench_decode
+
+    env = environment("cuda")
+    print(f"device: {env['device']}, torch {env['torch']}, CUDA {env['cuda']}, commit {env['commit']}")
+    result, table = bench_decode.run(args.variant or ["auto"], args.rounds)
+    print(table)
+    if args.json:
+        args.json.write_text(json.dumps({**env, "command": " ".join(sys.argv), **result}, indent=1))
     return 0
 
 

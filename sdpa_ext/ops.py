@@ -13,21 +13,36 @@ def fp8_forward(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    q_scale: torch.Tensor,
+    q_scale: Optional[torch.Tensor],
     k_scale: torch.Tensor,
     v_scale: torch.Tensor,
     is_causal: bool = False,
     scale: Optional[float] = None,
     out_dtype: Optional[torch.dtype] = None,
     variant: str = "auto",
+    seqlens_k: Optional[torch.Tensor] = None,
+    causal_alignment: str = "top_left",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Attention on E4M3 codes with per-head scales; returns (out [B, Hq, Sq, D], lse [B, Hq, Sq])."""
-    return torch.ops.sdpa.fp8_forward(q, k, v, q_scale, k_scale, v_scale, is_causal, scale, out_dtype, variant)
+    """Attention on E4M3 codes with per-head scales; returns (out [B, Hq, Sq, D], lse [B, Hq, Sq]).
+
+    q may instead hold fp16/bf16/fp32 values, quantized per head as quantize_fp8(q, q_scale) would (q_scale None:
+    amax / 448). seqlens_k ([B] int32) limits batch b to its first seqlens_k[b] keys; causal_alignment
+    'bottom_right' aligns the causal mask to the last key (query i of Sq sees keys j <= i + Sk - Sq)."""
+    return torch.ops.sdpa.fp8_forward(q, k, v, q_scale, k_scale, v_scale, is_causal, scale, out_dtype, variant,
+                                      seqlens_k, causal_alignment)
 
 
-def fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto"):
+def fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto",
+                     seqlens_k=None, causal_alignment="top_left"):
     """fp8_forward writing into preallocated out (fp16/bf16 [B, Hq, Sq, D]) and lse (float32 [B, Hq, Sq])."""
-    torch.ops.sdpa.fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant)
+    torch.ops.sdpa.fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant,
+                                    seqlens_k, causal_alignment)
+
+
+def kv_cache_append(k, v, k_cache, v_cache, k_scale, v_scale, start, k_shift=None):
+    """Encodes k and v [B, H, T, D] with the fixed scales [B, H] (keys minus k_shift [B, H, D] if given) into the
+    E4M3 caches [B, H, capacity, D] at rows start[b] + t; rows past the capacity are dropped."""
+    torch.ops.sdpa.kv_cache_append(k, v, k_cache, v_cache, k_scale, v_scale, start, k_shift)
 
 
 def _check_same_device(reference_name, reference, **tensors):
@@ -39,9 +54,15 @@ def _check_same_device(reference_name, reference, **tensors):
             )
 
 
+def _present(**tensors):
+    return {name: t for name, t in tensors.items() if t is not None}
+
+
 @torch.library.register_fake("sdpa::fp8_forward")
-def _fp8_forward_fake(q, k, v, q_scale, k_scale, v_scale, is_causal=False, scale=None, out_dtype=None, variant="auto"):
-    _check_same_device("q", q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
+def _fp8_forward_fake(q, k, v, q_scale, k_scale, v_scale, is_causal=False, scale=None, out_dtype=None, variant="auto",
+                      seqlens_k=None, causal_alignment="top_left"):
+    _check_same_device("q", q, **_present(k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
+                                          seqlens_k=seqlens_k))
     batch, heads_q, seqlen_q, head_dim = q.shape
     out = q.new_empty((batch, heads_q, seqlen_q, head_dim), dtype=out_dtype or DEFAULT_OUT_DTYPE)
     lse = q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
@@ -49,8 +70,16 @@ def _fp8_forward_fake(q, k, v, q_scale, k_scale, v_scale, is_causal=False, scale
 
 
 @torch.library.register_fake("sdpa::fp8_forward_into")
-def _fp8_forward_into_fake(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto"):
-    _check_same_device("q", q, k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse)
+def _fp8_forward_into_fake(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto",
+                           seqlens_k=None, causal_alignment="top_left"):
+    _check_same_device("q", q, **_present(k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out,
+                                          lse=lse, seqlens_k=seqlens_k))
+
+
+@torch.library.register_fake("sdpa::kv_cache_append")
+def _kv_cache_append_fake(k, v, k_cache, v_cache, k_scale, v_scale, start, k_shift=None):
+    _check_same_device("k", k, **_present(v=v, k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale,
+                                          start=start, k_shift=k_shift))
 
 
 @torch.library.register_fake("sdpa::quantize_fp8")

@@ -82,6 +82,12 @@ _VARIANTS = (
             "significant bits (lse off by up to 1.0e-3 at |lse| < 4, 1.5 at |lse| ~ 4000, and 1.2e-3 of |lse| where "
             "every product is positive; fp32 sums stay under 5.6e-4)",
             archs=HOPPER_ARCHS, aligned_rows=True),
+    Variant("decode", 8, "full", (), "few query rows against many keys (token generation, speculative decoding, a "
+            "chunk against a cache): the query heads of a kv head packed into one tile's rows, so K and V are read "
+            "once per kv head; the keys split across the GPU (flash-decoding) and merged through their lse; fp16 "
+            "mma.sync on codes converted in registers; per-sequence key lengths (seqlens_k); q may be fp16/bf16/fp32, "
+            "quantized by the kernel itself (up to 16 rows per head); variant='auto' takes it for up to 16 query "
+            "rows or with seqlens_k", aligned_rows=True),
 )
 
 TOGGLE_DESCRIPTIONS = {

@@ -6,28 +6,48 @@ import torch
 import torch.nn.functional as F
 
 
-def attention_float64(q, k, v, is_causal=False, scale=None):
-    """Exact attention in float64 on real-valued [B, H, S, D] inputs; returns (out, lse) in float64."""
+def visible_keys_mask(batch, seqlen_q, seqlen_k, is_causal, causal_alignment="top_left", seqlens_k=None,
+                      device="cpu"):
+    """[B, 1, Sq, Sk] bool: key j is visible to query i of batch b when j < len_b (len_b = seqlens_k[b] clamped to
+    [0, Sk], else Sk) and, causal, j <= i (top-left) or j <= i + len_b - Sq (bottom-right)."""
+    lengths = torch.full((batch,), seqlen_k) if seqlens_k is None else seqlens_k.cpu().long().clamp(0, seqlen_k)
+    i = torch.arange(seqlen_q)[None, :, None]
+    j = torch.arange(seqlen_k)[None, None, :]
+    visible = j < lengths[:, None, None]
+    if is_causal:
+        offset = lengths[:, None, None] - seqlen_q if causal_alignment == "bottom_right" else 0
+        visible = visible & (j <= i + offset)
+    return visible[:, None].to(device)
+
+
+def attention_float64(q, k, v, is_causal=False, scale=None, causal_alignment="top_left", seqlens_k=None):
+    """Exact attention in float64 on real-valued [B, H, S, D] inputs; returns (out, lse) in float64. A row that
+    sees no key gives 0 and lse -inf."""
     q, k, v = q.double(), k.double(), v.double()
     group = q.size(1) // k.size(1)
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = (q @ k.transpose(-1, -2)) * scale
-    if is_causal:
-        seqlen_q, seqlen_k = scores.shape[-2:]
-        visible = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=q.device).tril()  # top-left aligned
+    if is_causal or seqlens_k is not None:
+        visible = visible_keys_mask(q.size(0), q.size(2), k.size(2), is_causal, causal_alignment, seqlens_k, q.device)
         scores = scores.masked_fill(~visible, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
-    return torch.softmax(scores, dim=-1) @ v, lse
+    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # rows of only -inf: 0, not NaN
+    return probs @ v, lse
 
 
-def sdpa_float32(q, k, v, is_causal=False, scale=None):
-    """PyTorch SDPA in fp32 on the original (unquantized) inputs: the end-to-end reference."""
+def sdpa_float32(q, k, v, is_causal=False, scale=None, causal_alignment="top_left", seqlens_k=None):
+    """PyTorch SDPA in fp32 on the original (unquantized) inputs: the end-to-end reference (rows that see no key
+    give 0)."""
     group = q.size(1) // k.size(1)
     k = k.float().repeat_interleave(group, dim=1)
     v = v.float().repeat_interleave(group, dim=1)
-    return F.scaled_dot_product_attention(q.float(), k, v, is_causal=is_causal, scale=scale)
+    if causal_alignment == "top_left" and seqlens_k is None:
+        return F.scaled_dot_product_attention(q.float(), k, v, is_causal=is_causal, scale=scale)
+    visible = visible_keys_mask(q.size(0), q.size(2), k.size(2), is_causal, causal_alignment, seqlens_k, q.device)
+    out = F.scaled_dot_product_attention(q.float(), k, v, attn_mask=visible, scale=scale)
+    return out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
 
 
 def sqnr_db(x, ref):

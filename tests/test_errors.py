@@ -30,7 +30,11 @@ def expect_error(args, match, **kwargs):
 
 def test_wrong_dtype(device):
     args = valid_args(device)
-    expect_error(replaced(args, Q, args[Q].half()), r"q must be torch.float8_e4m3fn or torch.uint8 .* got Half")
+    # q may be E4M3 codes or fp16/bf16/fp32 values (quantized by the op), nothing else.
+    expect_error(replaced(args, Q, args[Q].double()), r"q must be E4M3 codes \(torch.float8_e4m3fn or torch.uint8\) "
+                 r"or torch.float16, torch.bfloat16 or torch.float32 values to quantize, got Double")
+    expect_error(replaced(args, K, args[K].half()), r"k must be torch.float8_e4m3fn or torch.uint8 .* got Half")
+    expect_error(replaced(args, QS, None), r"q_scale is required when q holds E4M3 codes")
 
 
 def test_wrong_rank(device):
@@ -120,3 +124,41 @@ def test_quantize_bad_input(device):
         sdpa_ext.quantize_fp8_qkv(x, x, x[0])
     with pytest.raises(RuntimeError, match=r"k must be non-empty"):
         sdpa_ext.quantize_fp8_qkv(x, x[:, :, :0], x)
+
+
+def test_bad_seqlens_and_alignment(device):
+    args = valid_args(device, b=2)
+    lengths = torch.tensor([3, 24], dtype=torch.int32, device=device)
+    expect_error(args, r"seqlens_k must be torch.int32, got Long", seqlens_k=lengths.long())
+    expect_error(args, r"seqlens_k must have shape \[B\] = \[2\], got \[1, 2\]", seqlens_k=lengths[None])
+    other = "meta" if device == "cpu" else "cpu"
+    expect_error(args, rf"seqlens_k must be on the same device as q \({device}", seqlens_k=lengths.to(other))
+    expect_error(args, r"causal_alignment must be 'top_left' or 'bottom_right', got 'bottom'",
+                 is_causal=True, causal_alignment="bottom")
+    if device != "cpu":
+        expect_error(args, r"variant 'wmma' does not take seqlens_k; use variant='auto' or 'decode'",
+                     seqlens_k=lengths, variant="wmma")
+
+
+def test_kv_cache_append_bad_input(device):
+    k = torch.randn(2, 4, 3, 64, device=device)
+    cache = torch.zeros(2, 4, 16, 64, dtype=torch.uint8, device=device)
+    scale = torch.ones(2, 4, device=device)
+    start = torch.zeros(2, dtype=torch.int32, device=device)
+
+    def expect(match, **changes):
+        args = dict(k=k, v=k, k_cache=cache, v_cache=cache.clone(), k_scale=scale, v_scale=scale, start=start)
+        args.update(changes)
+        with pytest.raises(RuntimeError, match=match):
+            sdpa_ext.kv_cache_append(**args)
+
+    expect(r"k must be torch.float16, torch.bfloat16 or torch.float32, got Int", k=k.int())
+    expect(r"v must have the dtype of k \(Float\), got Half", v=k.half())
+    expect(r"v must have the shape of k \[2, 4, 3, 64\], got \[2, 4, 2, 64\]", v=k[:, :, :2])
+    expect(r"k_cache must be torch.float8_e4m3fn or torch.uint8", k_cache=cache.float())
+    expect(r"k_cache must have shape \[B, H, capacity, D\] with B, H, D of k", k_cache=cache[:, :2])
+    expect(r"v_cache must have the shape of k_cache", v_cache=cache[:, :, :8])
+    expect(r"k_scale must have shape \[B, H\] = \[2, 4\], got \[4\]", k_scale=scale[0])
+    expect(r"start must be a torch.int32 tensor of shape \[B\] = \[2\], got Long", start=start.long())
+    expect(r"k_shift must be a torch.float32 tensor of shape \[B, H, D\] = \[2, 4, 64\]",
+           k_shift=torch.zeros(2, 4, 32, device=device))

@@ -32,6 +32,20 @@ def test_opcheck_fp8_forward(device):
     torch.library.opcheck(torch.ops.sdpa.fp8_forward_into.default, (*args, out, lse), {"is_causal": True})
 
 
+def test_opcheck_model_path(device):
+    q, k, v = qkv(device, shape_q=(2, 8, 3, 64))
+    _, _, k8, ks, v8, vs = [x for t in (q, k, v) for x in sdpa_ext.quantize_fp8(t)]
+    codes = (k8.view(torch.uint8), v8.view(torch.uint8))
+    lengths = torch.tensor([80, 41], dtype=torch.int32, device=device)
+    # q as values, quantized by the op; per-sequence key counts; bottom-right causal rows.
+    torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, (q, *codes, None, ks, vs),
+                          {"is_causal": True, "seqlens_k": lengths, "causal_alignment": "bottom_right"})
+    caches = [torch.zeros(2, 2, 96, 64, dtype=torch.uint8, device=device) for _ in range(2)]
+    shift = torch.randn(2, 2, 64, device=device)
+    torch.library.opcheck(torch.ops.sdpa.kv_cache_append.default, (k[:, :, :4], v[:, :, :4], *caches, ks, vs, lengths),
+                          {"k_shift": shift})
+
+
 def test_opcheck_quantize(device):
     x = qkv(device)[0]
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x,))

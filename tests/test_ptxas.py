@@ -21,11 +21,16 @@ def kernels():
 def test_every_arch_builds_every_attention_kernel(kernels):
     import sdpa_ext
 
+    prefill = [name for name in sdpa_ext.variant_names() if name != "decode"]
     for arch in ptxas_report.DEFAULT_ARCHS:
-        attention = {k.kernel for k in kernels if k.arch == arch and k.kernel.startswith("void attention_")}
+        names = {k.kernel for k in kernels if k.arch == arch}
+        attention = {name for name in names if name.startswith("void attention_")}
         # One instantiation per built variant, head dim (64, 128) and output type (fp16, bf16); at D = 128
         # wgmma_m192 launches wgmma's kernels.
-        assert len(attention) == 4 * len(sdpa_ext.variant_names()) - 2, (arch, sorted(attention))
+        assert len(attention) == 4 * len(prefill) - 2, (arch, sorted(attention))
+        # decode: three packed-row widths (16, 32, 64 rows) per head dim and output type, and the split combine.
+        assert len({n for n in names if n.startswith("void decode_attention_kernel")}) == 12, arch
+        assert len({n for n in names if n.startswith("void decode_combine_kernel")}) == 4, arch
 
 
 def test_no_spills_and_register_budget(kernels):

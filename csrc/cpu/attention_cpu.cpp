@@ -39,16 +39,29 @@ at::Tensor decode_codes(const at::Tensor& codes) {
   return values;
 }
 
-void fp8_forward_into_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_scale,
-                          const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& out,
-                          const at::Tensor& lse, bool is_causal, std::optional<double> scale,
-                          c10::string_view variant) {
-  const AttentionDims d = check_attention_inputs(q, k, v, q_scale, k_scale, v_scale);
-  check_attention_outputs(out, lse, q, d);
+// Keys [0, visible) that query row i of seqlen_q sees, with `keys` keys in use: every one, or those on or below the
+// causal diagonal, aligned top-left (i sees j <= i) or bottom-right (i sees j <= i + keys - seqlen_q).
+int64_t visible_keys(int64_t i, int64_t seqlen_q, int64_t keys, bool is_causal, bool bottom_right) {
+  if (!is_causal) return keys;
+  const int64_t last = i + (bottom_right ? keys - seqlen_q : 0);
+  return std::clamp<int64_t>(last + 1, 0, keys);
+}
+
+void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
+                          const std::optional<at::Tensor>& q_scale_in, const at::Tensor& k_scale,
+                          const at::Tensor& v_scale, const at::Tensor& out, const at::Tensor& lse, bool is_causal,
+                          std::optional<double> scale, c10::string_view variant,
+                          const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment) {
+  const AttentionDims d = check_attention_inputs(q_in, k, v, q_scale_in, k_scale, v_scale, seqlens_k);
+  check_attention_outputs(out, lse, q_in, d);
+  const bool bottom_right = parse_causal_alignment(causal_alignment) == CausalAlignment::kBottomRight;
   TORCH_CHECK(variant == "auto" || variant == "fast", "variant '", variant,
               "' is not available on CPU: the CPU implementation (fp32, both tiers) accepts only variant='auto' or "
               "'fast'");
   const float softmax_scale = resolve_softmax_scale(scale, d.head_dim);
+  const auto [q, q_scale] = is_float_query(q_in) ? quantize_query(q_in, q_scale_in)
+                                                 : std::make_tuple(q_in, *q_scale_in);
+  const at::Tensor lengths = seqlens_k.has_value() ? seqlens_k->contiguous() : at::Tensor();
 
   const at::Tensor qf = decode_codes(q), kf = decode_codes(k), vf = decode_codes(v);
   const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
@@ -59,6 +72,7 @@ void fp8_forward_into_cpu(const at::Tensor& q, const at::Tensor& k, const at::Te
   const float *q_ptr = qf.data_ptr<float>(), *k_ptr = kf.data_ptr<float>(), *v_ptr = vf.data_ptr<float>();
   const float *qs_ptr = qs.data_ptr<float>(), *ks_ptr = ks.data_ptr<float>(), *vs_ptr = vs.data_ptr<float>();
   float *out_ptr = out_f.data_ptr<float>(), *lse_ptr = lse_f.data_ptr<float>();
+  const int* lengths_ptr = lengths.defined() ? lengths.data_ptr<int>() : nullptr;
 
   const int64_t rows = d.batch * d.heads_q * Sq;
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / (Sk * D));
@@ -72,7 +86,13 @@ void fp8_forward_into_cpu(const at::Tensor& q, const at::Tensor& k, const at::Te
       const float* k_head = k_ptr + head_kv * Sk * D;
       const float* v_head = v_ptr + head_kv * Sk * D;
       const float score_scale = qs_ptr[head_q] * ks_ptr[head_kv] * softmax_scale;
-      const int64_t visible = is_causal ? std::min(Sk, i + 1) : Sk;  // top-left aligned causal mask
+      const int64_t keys = lengths.defined() ? std::clamp<int64_t>(lengths_ptr[b], 0, Sk) : Sk;
+      const int64_t visible = visible_keys(i, Sq, keys, is_causal, bottom_right);
+      if (visible == 0) {  // a row that sees no key: 0, and the logsumexp of nothing
+        std::fill(out_ptr + r * D, out_ptr + (r + 1) * D, 0.0f);
+        lse_ptr[r] = -std::numeric_limits<float>::infinity();
+        continue;
+      }
 
       float row_max = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < visible; ++j) {

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../checks.h"
@@ -16,31 +18,51 @@
 namespace sdpa {
 namespace {
 
+QueryType query_type(const at::Tensor& q) {
+  switch (q.scalar_type()) {
+    case at::kFloat:
+      return QueryType::kFloat32;
+    case at::kHalf:
+      return QueryType::kFloat16;
+    case at::kBFloat16:
+      return QueryType::kBFloat16;
+    default:
+      return QueryType::kCodes;
+  }
+}
+
+// q_scale is undefined for a q of values that the kernel quantizes with amax / 448.
 AttentionParams make_params(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_scale,
                             const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& out,
-                            const at::Tensor& lse, const AttentionDims& d, bool is_causal, float softmax_scale) {
+                            const at::Tensor& lse, const at::Tensor& seqlens_k, bool is_causal, bool bottom_right,
+                            float softmax_scale) {
   AttentionParams p{};
   p.q = static_cast<const uint8_t*>(q.data_ptr());
   p.k = static_cast<const uint8_t*>(k.data_ptr());
   p.v = static_cast<const uint8_t*>(v.data_ptr());
-  p.q_scale = q_scale.data_ptr<float>();
+  p.q_scale = q_scale.defined() ? q_scale.data_ptr<float>() : nullptr;
   p.k_scale = k_scale.data_ptr<float>();
   p.v_scale = v_scale.data_ptr<float>();
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
+  p.seqlens_k = seqlens_k.defined() ? seqlens_k.data_ptr<int>() : nullptr;
   p.q_batch_stride = q.stride(0), p.q_head_stride = q.stride(1), p.q_row_stride = q.stride(2);
   p.k_batch_stride = k.stride(0), p.k_head_stride = k.stride(1), p.k_row_stride = k.stride(2);
   p.v_batch_stride = v.stride(0), p.v_head_stride = v.stride(1), p.v_row_stride = v.stride(2);
   p.out_batch_stride = out.stride(0), p.out_head_stride = out.stride(1), p.out_row_stride = out.stride(2);
   p.lse_batch_stride = lse.stride(0), p.lse_head_stride = lse.stride(1), p.lse_row_stride = lse.stride(2);
-  p.batch = static_cast<int>(d.batch);
-  p.heads_q = static_cast<int>(d.heads_q);
-  p.heads_kv = static_cast<int>(d.heads_kv);
-  p.seqlen_q = static_cast<int>(d.seqlen_q);
-  p.seqlen_k = static_cast<int>(d.seqlen_k);
-  p.head_dim = static_cast<int>(d.head_dim);
+  p.batch = static_cast<int>(q.size(0));
+  p.heads_q = static_cast<int>(q.size(1));
+  p.heads_kv = static_cast<int>(k.size(1));
+  p.seqlen_q = static_cast<int>(q.size(2));
+  p.seqlen_k = static_cast<int>(k.size(2));
+  p.head_dim = static_cast<int>(q.size(3));
   p.softmax_scale = softmax_scale;
   p.is_causal = is_causal;
+  p.causal_bottom_right = is_causal && bottom_right;
+  // Without seqlens_k every batch has seqlen_k keys; the caller keeps seqlen_k >= seqlen_q here.
+  p.causal_offset = p.causal_bottom_right && p.seqlens_k == nullptr ? p.seqlen_k - p.seqlen_q : 0;
+  p.q_type = query_type(q);
   p.out_type = out.scalar_type() == at::kBFloat16 ? OutputType::kBFloat16 : OutputType::kFloat16;
   return p;
 }
@@ -71,6 +93,8 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, int sm) 
               variant_list());
   TORCH_CHECK(attention_variant_runs_on(index, sm), "variant '", variant, "' needs ", attention_variant_archs(index),
               "; this GPU is sm_", sm);
+  TORCH_CHECK(p.seqlens_k == nullptr || attention_variant_takes_seqlens(index), "variant '", variant,
+              "' does not take seqlens_k; use variant='auto' or 'decode' for per-sequence key lengths");
   TORCH_CHECK(attention_variant_aligned(index, p), "variant '", variant,
               "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
               "bytes", attention_variant_uses_tma(index) ? ", and no stride 0 on a dimension longer than 1" : "",
@@ -78,24 +102,54 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, int sm) 
   return index;
 }
 
-void fp8_forward_into_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& q_scale,
-                           const at::Tensor& k_scale, const at::Tensor& v_scale, const at::Tensor& out,
-                           const at::Tensor& lse, bool is_causal, std::optional<double> scale,
-                           c10::string_view variant) {
-  const AttentionDims d = check_attention_inputs(q, k, v, q_scale, k_scale, v_scale);
-  check_attention_outputs(out, lse, q, d);
+// Bottom-right causal rows that see no key (Sq > Sk without seqlens_k: rows i < Sq - Sk) get 0 and an lse of -inf
+// here; the kernels then run on the other rows, whose alignment is top-left again. With seqlens_k only the decode
+// kernel runs, and it handles such rows per batch itself.
+int64_t rows_before_first_key(const AttentionDims& d, bool is_causal, bool bottom_right, bool has_seqlens) {
+  return is_causal && bottom_right && !has_seqlens ? std::max<int64_t>(0, d.seqlen_q - d.seqlen_k) : 0;
+}
+
+void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
+                           const std::optional<at::Tensor>& q_scale_in, const at::Tensor& k_scale,
+                           const at::Tensor& v_scale, const at::Tensor& out_in, const at::Tensor& lse_in,
+                           bool is_causal, std::optional<double> scale, c10::string_view variant,
+                           const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment) {
+  const AttentionDims d = check_attention_inputs(q_in, k, v, q_scale_in, k_scale, v_scale, seqlens_k);
+  check_attention_outputs(out_in, lse_in, q_in, d);
+  const bool bottom_right = parse_causal_alignment(causal_alignment) == CausalAlignment::kBottomRight;
   TORCH_CHECK(d.seqlen_q <= INT_MAX / 16 && d.seqlen_k <= INT_MAX / 16 && d.batch * d.heads_q * d.seqlen_q <= INT_MAX,
-              "q and k: B * Hq * Sq and Sk must fit the kernel's 32-bit indexing, got q ", q.sizes(), " and k ",
+              "q and k: B * Hq * Sq and Sk must fit the kernel's 32-bit indexing, got q ", q_in.sizes(), " and k ",
               k.sizes());
-  const c10::cuda::CUDAGuard guard(q.device());
-  // Scales are tiny; the kernels read them as contiguous [B, H] arrays.
-  const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
-  AttentionParams p =
-      make_params(q, k, v, qs, ks, vs, out, lse, d, is_causal, resolve_softmax_scale(scale, d.head_dim));
+  const c10::cuda::CUDAGuard guard(q_in.device());
+  const float softmax_scale = resolve_softmax_scale(scale, d.head_dim);
+  const at::Tensor lengths = seqlens_k.has_value() ? seqlens_k->contiguous() : at::Tensor();
+  at::Tensor q = q_in, q_scale = q_scale_in.has_value() ? q_scale_in->contiguous() : at::Tensor();
+  at::Tensor out = out_in, lse = lse_in;
+  if (const int64_t hidden = rows_before_first_key(d, is_causal, bottom_right, lengths.defined()); hidden > 0) {
+    // Quantized first, so that the scale of q is that of the whole head, as quantize_fp8 gives it.
+    if (is_float_query(q)) std::tie(q, q_scale) = quantize_query(q, q_scale_in);
+    out.narrow(2, 0, hidden).zero_();
+    lse.narrow(2, 0, hidden).fill_(-std::numeric_limits<float>::infinity());
+    q = q.narrow(2, hidden, d.seqlen_k), out = out.narrow(2, hidden, d.seqlen_k), lse = lse.narrow(2, hidden, d.seqlen_k);
+  }
+  const at::Tensor ks = k_scale.contiguous(), vs = v_scale.contiguous();
+  auto params = [&] {
+    return make_params(q, k, v, q_scale, ks, vs, out, lse, lengths, is_causal, bottom_right, softmax_scale);
+  };
+  AttentionParams p = params();
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const int sm = prop->major * 10 + prop->minor;
   p.overlap_launch = sm >= 90;
   const int index = resolve_variant(variant, p, sm);
+  TORCH_CHECK(p.seqlens_k == nullptr || attention_variant_takes_seqlens(index),
+              "seqlens_k needs the decode kernel, which needs k and v rows aligned to 16 bytes (data_ptr and "
+              "batch/head/row strides multiples of 16 bytes)");
+  if (p.q_type != QueryType::kCodes && !attention_variant_quantizes_q(index, p)) {
+    std::tie(q, q_scale) = quantize_query(q, q_scale_in);
+    const bool overlap = p.overlap_launch;
+    p = params();
+    p.overlap_launch = overlap;
+  }
   // Freed when this returns: the caching allocator hands it out again only to work queued after the kernel.
   at::Tensor workspace;
   if (const int64_t bytes = attention_workspace_bytes(index, p); bytes > 0) {

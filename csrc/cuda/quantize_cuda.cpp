@@ -8,15 +8,10 @@
 
 #include "../checks.h"
 #include "../kernels/dispatch/launch.h"
+#include "input_types.h"
 
 namespace sdpa {
 namespace {
-
-InputType input_type(at::ScalarType dtype) {
-  if (dtype == at::kHalf) return InputType::kFloat16;
-  if (dtype == at::kBFloat16) return InputType::kBFloat16;
-  return InputType::kFloat32;
-}
 
 // 16-byte loads work when rows are contiguous and every row starts 16-byte aligned.
 bool rows_are_vectorizable(const at::Tensor& x) {

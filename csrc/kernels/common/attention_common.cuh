@@ -128,7 +128,11 @@ __device__ __forceinline__ HeadCoords head_coords(const AttentionParams& p, int 
 
 // The largest key index + 1 that any query row in [row0, row0 + rows) may attend to.
 __device__ __forceinline__ int key_end(const AttentionParams& p, int row0, int rows) {
-  return p.is_causal ? min(p.seqlen_k, row0 + rows) : p.seqlen_k;
+  return p.is_causal ? min(p.seqlen_k, row0 + rows + p.causal_offset) : p.seqlen_k;
+}
+// Whether query row `query` sees key `key`: inside the keys, and on or below the (shifted) causal diagonal.
+__device__ __forceinline__ bool key_visible(const AttentionParams& p, int key, int query) {
+  return key < p.seqlen_k && (!p.is_causal || key <= query + p.causal_offset);
 }
 
 // The key tiles of block_n keys that query rows [row0, row0 + rows) attend to, for row0 < seqlen_q (a block's

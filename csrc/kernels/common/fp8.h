@@ -9,11 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define SDPA_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define SDPA_HOST_DEVICE inline
-#endif
+#include "params.h"
 
 namespace sdpa {
 

@@ -24,24 +24,31 @@ struct ScoreScale {
                    p.softmax_scale) {}
 };
 
-// Masks keys past seqlen_k (and above the diagonal when causal) of a tile of raw scores; only tiles that
-// straddle the end of the keys or the diagonal need it (`tile_needs_mask`).
+// The causal offset, read where it is used (tied to key0): hoisted out of the key loop, it held a register that
+// made `wgmma` at D = 128 and `wgmma_m192` spill 4 and 12 bytes (nvcc 13.0, sm_90a).
+__device__ __forceinline__ int causal_shift(const AttentionParams& p, int key0) {
+  return static_cast<int>(tied_to(static_cast<uint32_t>(p.causal_offset), key0));
+}
+
+// Masks keys past seqlen_k (and above the causal diagonal, shifted by causal_offset) of a tile of raw scores; only
+// tiles that straddle the end of the keys or the diagonal need it (`tile_needs_mask`).
 template <int kNTiles>
 __device__ __forceinline__ void mask_tile(float (&s)[kNTiles][4], const int (&row)[2], int key0,
                                           const AttentionParams& p, int lane) {
+  const int shift = causal_shift(p, key0);
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
-      if (key >= p.seqlen_k || (p.is_causal && key > row[i / 2])) s[nt][i] = -INFINITY;
+      if (key >= p.seqlen_k || (p.is_causal && key - shift > row[i / 2])) s[nt][i] = -INFINITY;
     }
   }
 }
 
 // Whether any of a warp's 16 rows starting at first_row must mask part of the keys [key0, key0 + keys).
 __device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int key0, int keys, int first_row) {
-  return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 > first_row);
+  return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 - causal_shift(p, key0) > first_row);
 }
 
 // S = exp2(S * scale - offset[row]) in place, in fp32, and the sum of the lane's part of each row; one FFMA and

@@ -3,20 +3,32 @@
 
 #include <cstdint>
 
+// Small functions that both the host and the kernels call.
+#if defined(__CUDACC__)
+#define SDPA_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define SDPA_HOST_DEVICE inline
+#endif
+
 namespace sdpa {
 
 enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
 
+// How q reaches the kernel: E4M3 codes with q_scale, or values that the kernel quantizes per head itself (only the
+// decode variant; the host quantizes q for every other variant).
+enum class QueryType : int { kCodes = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
+
 // One attention call. Strides are in elements (one byte for E4M3 codes); the last dim is contiguous.
 struct AttentionParams {
-  const uint8_t* q;  // [B, Hq, Sq, D] E4M3 codes
+  const uint8_t* q;  // [B, Hq, Sq, D] E4M3 codes, or values of q_type (QueryType)
   const uint8_t* k;  // [B, Hkv, Sk, D]
   const uint8_t* v;  // [B, Hkv, Sk, D]
-  const float* q_scale;  // [B, Hq], contiguous
+  const float* q_scale;  // [B, Hq], contiguous; for float q the given scale, or null to take amax / 448
   const float* k_scale;  // [B, Hkv], contiguous
   const float* v_scale;  // [B, Hkv], contiguous
   void* out;             // [B, Hq, Sq, D] fp16 or bf16
   float* lse;            // [B, Hq, Sq]
+  const int* seqlens_k;  // [B] keys in use per batch (clamped to [0, seqlen_k]), or null: all seqlen_k
   void* workspace;       // attention_workspace_bytes(variant, params) bytes of scratch (launch.h), or null
 
   int64_t q_batch_stride, q_head_stride, q_row_stride;
@@ -27,7 +39,13 @@ struct AttentionParams {
 
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
   float softmax_scale;  // multiplies q.k of the dequantized inputs
-  bool is_causal;       // top-left aligned: query i sees keys j <= i
+  bool is_causal;       // query i sees keys j <= i + causal_offset
+  // 0: top-left aligned (torch's is_causal). Bottom-right alignment (query i of Sq sees keys j <= i + Sk - Sq) is
+  // seqlen_k - seqlen_q, which the host keeps >= 0 for every variant but decode; with seqlens_k only decode runs,
+  // and it aligns each batch to its own length (causal_bottom_right).
+  int causal_offset;
+  bool causal_bottom_right;
+  QueryType q_type;
   bool overlap_launch;  // programmatic dependent launch allowed (sm_90): see launch_overlapping
   OutputType out_type;
 };
@@ -54,6 +72,25 @@ struct QuantizeHeadsParams {
   int count;
   int first_block[4];  // block index where each tensor's heads start; first_block[count] = total blocks
   bool vectorized;     // every tensor is (QuantizeParams::vectorized)
+};
+
+// New rows of K and V encoded into preallocated E4M3 caches (sdpa::kv_cache_append): row t of batch b goes to cache
+// row start[b] + t, as code((k - k_shift) / k_scale) and code(v / v_scale); rows past the cache's end are dropped.
+struct KvAppendParams {
+  const void* k;  // [B, H, T, D] values of `type`
+  const void* v;
+  InputType type;
+  int64_t k_batch_stride, k_head_stride, k_row_stride;
+  int64_t v_batch_stride, v_head_stride, v_row_stride;
+  uint8_t* k_cache;  // [B, H, capacity, D] codes
+  uint8_t* v_cache;
+  int64_t kc_batch_stride, kc_head_stride, kc_row_stride;
+  int64_t vc_batch_stride, vc_head_stride, vc_row_stride;
+  const float* k_scale;  // [B, H] contiguous
+  const float* v_scale;
+  const float* k_shift;  // [B, H, D] contiguous, or null
+  const int* start;      // [B]
+  int batch, heads, rows, head_dim, capacity;
 };
 
 }  // namespace sdpa

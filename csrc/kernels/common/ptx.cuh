@@ -156,20 +156,35 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 #define SDPA_E4M3_MMA_AS_FP16 0
 #endif
 
+// An E4M3 A fragment of one m16n8k32 step (4 registers of 4 codes) as the two fp16 A fragments of m16n8k16 steps
+// that hold the same values: lo codes 0-1 of each register, hi codes 2-3. Any consistent assignment of k to the
+// lanes' bytes gives the same dot products, so each is the A fragment of a k16 step whose B fragments come from the
+// same halves of B.
+__device__ __forceinline__ void e4m3_fragment_to_halves(const uint32_t (&a)[4], uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo[i] = e4m3x2_to_half2(static_cast<uint16_t>(a[i] & 0xFFFFu));
+    hi[i] = e4m3x2_high_to_half2(a[i]);
+  }
+}
+
+// D = A B + D for one 16x8x32 step of E4M3 codes by two fp16 m16n8k16 on the converted codes (exact products, fp32
+// sums), on any arch: A as e4m3_fragment_to_halves gives it, B 2 regs of 4 codes each.
+__device__ __forceinline__ void mma_16x8x32_e4m3_as_half(float (&d)[4], const uint32_t (&a_lo)[4],
+                                                         const uint32_t (&a_hi)[4], uint32_t b0, uint32_t b1) {
+  mma_16x8x16(d, a_lo, e4m3x2_to_half2(static_cast<uint16_t>(b0 & 0xFFFFu)),
+              e4m3x2_to_half2(static_cast<uint16_t>(b1 & 0xFFFFu)));
+  mma_16x8x16(d, a_hi, e4m3x2_high_to_half2(b0), e4m3x2_high_to_half2(b1));
+}
+
 // The A fragment of one m16n8k32 step of E4M3 codes: regs 0/1 rows g/g+8 at k 4c..4c+3, regs 2/3 at +16 (codes),
-// or, where the mma runs as fp16 (SDPA_E4M3_MMA_AS_FP16), the same codes as fp16 pairs: lo holds codes 0-1 of
-// each register, hi codes 2-3. Any consistent assignment of k to the lanes' bytes gives the same dot products, so
-// lo and hi are each the A fragment of an m16n8k16 step whose B fragments come from the same halves of B.
+// or, where the mma runs as fp16 (SDPA_E4M3_MMA_AS_FP16), the same codes as fp16 pairs (e4m3_fragment_to_halves).
 struct E4m3Fragment {
   uint32_t codes[4];
   uint32_t lo[4], hi[4];
   __device__ void set(const uint32_t (&a)[4]) {
 #if SDPA_E4M3_MMA_AS_FP16
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      lo[i] = e4m3x2_to_half2(static_cast<uint16_t>(a[i] & 0xFFFFu));
-      hi[i] = e4m3x2_high_to_half2(a[i]);
-    }
+    e4m3_fragment_to_halves(a, lo, hi);
 #else
 #pragma unroll
     for (int i = 0; i < 4; ++i) codes[i] = a[i];
@@ -177,14 +192,18 @@ struct E4m3Fragment {
   }
 };
 
+// The fp16 form alone, for kernels that run the fp16 mma on every arch (decode).
+struct E4m3HalfFragment {
+  uint32_t lo[4], hi[4];
+  __device__ void set(const uint32_t (&a)[4]) { e4m3_fragment_to_halves(a, lo, hi); }
+};
+
 // D = A B + D for one 16x8x32 tile of E4M3 codes (sm_89 and later): B 2 regs of 4 codes each. Products of E4M3
 // values are exact and accumulate in fp32. A and B registers with the same index and lane hold the same k
 // positions, so any consistent assignment of k to bytes gives the same dot products.
 __device__ __forceinline__ void mma_16x8x32_e4m3(float (&d)[4], const E4m3Fragment& a, uint32_t b0, uint32_t b1) {
 #if SDPA_E4M3_MMA_AS_FP16
-  mma_16x8x16(d, a.lo, e4m3x2_to_half2(static_cast<uint16_t>(b0 & 0xFFFFu)),
-              e4m3x2_to_half2(static_cast<uint16_t>(b1 & 0xFFFFu)));
-  mma_16x8x16(d, a.hi, e4m3x2_high_to_half2(b0), e4m3x2_high_to_half2(b1));
+  mma_16x8x32_e4m3_as_half(d, a.lo, a.hi, b0, b1);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "

@@ -5,12 +5,15 @@
 #include <string>
 
 #include "../common/attention_common.cuh"
+#include "../decode/decode_plan.h"
 #include "../hopper/kv_to_half.h"
 #include "launch.h"
 #include "variant_launchers.h"
 
 namespace sdpa {
 namespace {
+
+using WorkspaceBytes = int64_t (*)(const AttentionParams&);
 
 struct VariantEntry {
   const char* name;  // base name, then toggles in sorted order, joined by '+'
@@ -19,7 +22,8 @@ struct VariantEntry {
   int min_sm;               // FP8 mma.sync needs sm_89
   int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
   bool tma;                 // loads through TMA descriptors, which cannot step a dimension with stride 0
-  bool half_kv_workspace = false;  // decodes K and V into fp16 copies in the workspace first
+  WorkspaceBytes workspace = nullptr;  // scratch it needs (fp16 copies of K and V, partial rows of key splits)
+  bool decode = false;                 // reads seqlens_k and quantizes a q of values itself (Sq <= 16)
 };
 
 constexpr VariantEntry kVariants[] = {
@@ -39,10 +43,11 @@ constexpr VariantEntry kVariants[] = {
     {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false},
     {"fp8_split", &launch_fp8_split, true, 89, 0, false},
     {"wgmma", &launch_wgmma, true, 90, 90, true},
-    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, true},
+    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, &kv_decode_workspace_bytes},
     {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
     {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true},
+    {"decode", &launch_decode, true, 80, 0, false, &decode_workspace_bytes, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -119,7 +124,13 @@ bool predecode_pays(const AttentionParams& p) {
   return p.head_dim == 128 && (p.is_causal ? causal_pays : rows_per_kv_head >= 2048);
 }
 
+// `decode` takes every call with per-sequence key lengths (no other kernel reads them) and every call of up to 16
+// query rows per head, where the other kernels' 64- or 128-row query tiles stay mostly empty and each reads K and V
+// once per query head; decode packs the query heads of a kv head into one tile.
+bool decode_pays(const AttentionParams& p) { return p.seqlens_k != nullptr || p.seqlen_q <= 16; }
+
 const char* auto_variant_name(const AttentionParams& p, int sm) {
+  if (decode_pays(p)) return "decode";
   if (sm == 90 && p.seqlen_k >= 1024) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
     if (!split_fits_one_wave(p, sms)) {
@@ -160,12 +171,23 @@ std::string attention_variant_archs(int variant) {
 bool attention_variant_uses_tma(int variant) { return kVariants[variant].tma; }
 
 int64_t attention_workspace_bytes(int variant, const AttentionParams& p) {
-  return kVariants[variant].half_kv_workspace ? kv_decode_workspace_bytes(p) : 0;
+  const WorkspaceBytes bytes = kVariants[variant].workspace;
+  return bytes != nullptr ? bytes(p) : 0;
+}
+
+bool attention_variant_takes_seqlens(int variant) { return kVariants[variant].decode; }
+
+// The decode kernel stages the q rows of a block and takes the amax of its heads itself: heads of up to 16 rows.
+bool attention_variant_quantizes_q(int variant, const AttentionParams& p) {
+  return kVariants[variant].decode && p.seqlen_q <= 16;
 }
 
 bool attention_variant_aligned(int variant, const AttentionParams& p) {
+  // A q of values (QueryType) reaches a kernel only as decode's, which reads it element by element.
+  const bool q_aligned =
+      p.q_type != QueryType::kCodes || rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
   const bool aligned = !kVariants[variant].needs_aligned_rows ||
-                       (rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
+                       (q_aligned &&
                         rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
                         rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
   return aligned &&

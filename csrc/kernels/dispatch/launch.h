@@ -19,6 +19,11 @@ int find_attention_variant(const char* name);
 // descriptors also need every dimension longer than 1 to have a non-zero stride).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
 bool attention_variant_uses_tma(int variant);
+// Whether a variant reads per-batch key lengths (AttentionParams::seqlens_k); only `decode` does.
+bool attention_variant_takes_seqlens(int variant);
+// Whether a variant quantizes a q given as values itself (AttentionParams::q_type); the host quantizes q for the
+// others.
+bool attention_variant_quantizes_q(int variant, const AttentionParams& params);
 // Scratch memory the variant needs for these inputs (AttentionParams::workspace), in bytes; 0 for most.
 int64_t attention_workspace_bytes(int variant, const AttentionParams& params);
 // Whether a variant runs on a GPU of compute capability sm (e.g. 89), and those archs in words ("sm_89 or
@@ -32,6 +37,9 @@ int fast_attention_variant(const AttentionParams& params, int sm);
 
 // Enqueues the attention on `stream`; returns the launch error, if any.
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream);
+
+// Enqueues the E4M3 encode of new K and V rows into preallocated caches at per-batch positions (KvAppendParams).
+cudaError_t launch_kv_cache_append(const KvAppendParams& params, cudaStream_t stream);
 
 // Number of blocks per head that the two quantization passes use.
 int quantize_chunks(const QuantizeParams& params);

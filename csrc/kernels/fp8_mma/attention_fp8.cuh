@@ -2,12 +2,10 @@
 //
 // K and V tiles arrive as raw E4M3 codes through a cp.async ring into XOR-swizzled shared memory. Per tile a warp
 // (16 query rows) does
-//   S = Q K^T     mma.sync m16n8k32 e4m3 straight on the codes: Q fragments from global memory once, K via
-//                 ldmatrix (a row of 16 codes is one b16 row of 8 elements, exactly the B fragment bytes)
+//   S = Q K^T     mma.sync m16n8k32 e4m3 straight on the codes (code_tiles.cuh), Q fragments from global memory
+//                 once
 //   softmax       in registers (fragment_softmax.cuh), P in fp16: the "full" precision tier
-//   O += P V      mma.sync m16n8k16 fp16; V via ldmatrix.trans on the codes, whose registers hold two keys of
-//                 two dims each: a byte permute and one cvt per pair give the B fragments of an even-dim and an
-//                 odd-dim n-tile, so O's n-tiles come in (even, odd) pairs that interleave in the epilogue.
+//   O += P V      mma.sync m16n8k16 fp16 on V codes converted in registers (code_tiles.cuh)
 // kWarps sets the query tile (16 rows per warp): fewer rows per block mean more blocks for small batches.
 #pragma once
 
@@ -15,6 +13,7 @@
 #include "../common/fragment_softmax.cuh"
 #include "../common/ptx.cuh"
 #include "../common/tile_rows.cuh"
+#include "code_tiles.cuh"
 
 namespace sdpa {
 
@@ -48,47 +47,18 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
   __device__ void consume(const uint8_t* k_tile, const uint8_t* v_tile, int key0, const AttentionParams& p,
                           int lane) {
     using Layout = typename Cfg::Layout;
-    const int mat = lane / 8, mat_row = lane % 8;
-    float s[kN / 8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < kD / 32; ++ks) {
-#pragma unroll
-      for (int nt = 0; nt < kN / 16; ++nt) {
-        uint32_t b[4];  // keys nt*16 + [0, 8) and [8, 16), dims ks*32 + [0, 16) and [16, 32)
-        ldmatrix_x4(b, k_tile + Layout::offset(nt * 16 + (mat / 2) * 8 + mat_row, ks * 32 + (mat % 2) * 16));
-        mma_16x8x32_e4m3(s[2 * nt], q[ks], b[0], b[1]);
-        mma_16x8x32_e4m3(s[2 * nt + 1], q[ks], b[2], b[3]);
-      }
-    }
+    float s[kN / 8][4];
+    code_tile_scores<Layout, kD, kN>(s, k_tile, lane, [&](float (&s_tile)[4], int ks, uint32_t b0, uint32_t b1) {
+      mma_16x8x32_e4m3(s_tile, q[ks], b0, b1);
+    });
     // The row max taken first: guessing it (online_softmax_scores) made fp8_split 4.8 -> 5.1 us at 1x8x512x64
     // (H200), where each warp sees two tiles and the first must take the max anyway.
     uint32_t probs[kN / 16][4];
     this->template scores_to_probabilities</*kGuessMax=*/false>(s, key0, p, lane, probs);
-#pragma unroll
-    for (int kt = 0; kt < kN / 16; ++kt) {
-#pragma unroll
-      for (int db = 0; db < kD / 32; ++db) {
-        uint32_t v[4];  // keys kt*16 + [0, 8), [8, 16) for dims db*32 + [0, 16), then the same for [16, 32)
-        ldmatrix_x4_trans(v, v_tile + Layout::offset(kt * 16 + (mat % 2) * 8 + mat_row, db * 32 + (mat / 2) * 16));
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t even[2], odd[2];
-          split_key_pairs(v[2 * h], &even[0], &odd[0]);
-          split_key_pairs(v[2 * h + 1], &even[1], &odd[1]);
-          const int block = 2 * db + h;  // 16-dim block
-          mma_16x8x16(o[2 * block], probs[kt], even[0], even[1]);
-          mma_16x8x16(o[2 * block + 1], probs[kt], odd[0], odd[1]);
-        }
-      }
-    }
+    code_tile_pv<Layout, kD, kN>(o, probs, v_tile, lane);
   }
 
-  // This lane's values of row r (0: row g, 1: row g + 8) at dims 16 block + 4 (lane % 4) + [0, 4): O n-tile pair
-  // (2 block, 2 block + 1) holds dims 16 block + 4c + {0, 2} and 16 block + 4c + {1, 3}.
-  __device__ float4 output_quad(int r, int block) const {
-    return make_float4(o[2 * block][2 * r], o[2 * block + 1][2 * r], o[2 * block][2 * r + 1],
-                       o[2 * block + 1][2 * r + 1]);
-  }
+  __device__ float4 output_quad(int r, int block) const { return sdpa::output_quad(o, r, block); }
 
   // Calls store(dim, value) for this lane's values of row r.
   template <typename Store>
@@ -113,22 +83,6 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
   }
 };
 
-// Starts the cp.async copies of K/V tile `tile` into slot `slot` of a [kStages][K codes, V codes] ring (nothing
-// from tile `end` on), by thread `thread` of kThreads, then commits a group either way so that the wait count
-// stays uniform.
-template <class Cfg, int kThreads>
-__device__ __forceinline__ void issue_fp8_tile(uint8_t* ring, typename Cfg::Rows k_rows, typename Cfg::Rows v_rows,
-                                               int tile, int end, int slot, int thread) {
-  if (tile < end) {
-    uint8_t* codes = ring + slot * 2 * Cfg::kTileBytes;
-    k_rows.key0 = v_rows.key0 = tile * Cfg::kBlockN;
-    copy_tile_async<kThreads, Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes, k_rows, thread);
-    copy_tile_async<kThreads, Cfg::kBlockN, Cfg::kHeadDim, typename Cfg::Layout>(codes + Cfg::kTileBytes, v_rows,
-                                                                                  thread);
-  }
-  cp_async_commit();
-}
-
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) uint8_t ring[];  // [kStages][K codes, V codes], swizzled
@@ -140,7 +94,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   const typename Cfg::Rows v_rows{v_head(p, c), p.v_row_stride, 0, p.seqlen_k};
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) {
-    issue_fp8_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, t, tiles, t % Cfg::kStages, threadIdx.x);
+    issue_code_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, t, tiles, t % Cfg::kStages, threadIdx.x);
   }
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -151,7 +105,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites
     const int next = tile + Cfg::kStages - 1;
-    issue_fp8_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, next, tiles, next % Cfg::kStages, threadIdx.x);
+    issue_code_tile<Cfg, Cfg::kThreads>(ring, k_rows, v_rows, next, tiles, next % Cfg::kStages, threadIdx.x);
     cp_async_wait<Cfg::kStages - 1>();
     __syncthreads();  // the tile's codes are visible to every warp
     const uint8_t* slot = ring + (tile % Cfg::kStages) * 2 * Cfg::kTileBytes;

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
 #pragma unroll 16
       for (int d = 0; d < kHeadDim; ++d) dot = fmaf(s.q[row][d], s.k[j][d], dot);
       const int key = key0 + j;
-      const bool visible = key < p.seqlen_k && (!p.is_causal || key <= query);
+      const bool visible = key_visible(p, key, query);
       scores[i] = visible ? dot * score_scale : -INFINITY;
       tile_max = fmaxf(tile_max, scores[i]);
     }

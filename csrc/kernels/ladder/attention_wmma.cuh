@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
     for (int i = 0; i < Cfg::kBlockN / 2; ++i) {
       const int j = (i / 16) * 32 + half * 16 + i % 16;
       const int key = key0 + j;
-      const bool visible = key < p.seqlen_k && (!p.is_causal || key <= query);
+      const bool visible = key_visible(p, key, query);
       scores[i] = visible ? scratch[row * Cfg::kScratchPitch + j] * score_scale : -INFINITY;
       tile_max = fmaxf(tile_max, scores[i]);
     }

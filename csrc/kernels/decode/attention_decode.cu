@@ -1,0 +1,95 @@
+// The `decode` variant: its plan (decode_plan.h), the attention kernel per packed-row width and head dim, and the
+// combine kernel when the keys are split across blocks.
+#include <algorithm>
+
+#include "../dispatch/variant_launch.cuh"
+#include "../dispatch/variant_launchers.h"
+#include "attention_decode.cuh"
+
+namespace sdpa {
+namespace {
+
+// A key split takes at least this many rounds of its block (kRoundKeys each): fewer would spend more on the
+// block's start, its merge and the combine than the split saves.
+constexpr int kMinRoundsPerSplit = 4;
+
+int round_keys(const AttentionParams& p, int row_warps) {
+  const int block_n = p.head_dim == 64 ? DecodeConfig<64, 1>::kBlockN : DecodeConfig<128, 1>::kBlockN;
+  return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
+}
+
+template <int kRowGroups>
+struct DecodeVariant {
+  template <int kHeadDim, typename OutT>
+  static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
+    using Cfg = DecodeConfig<kHeadDim, kRowGroups>;
+    const DecodePlan plan = plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+    const dim3 grid(plan.splits, p.batch * p.heads_kv * plan.row_tiles);
+    cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
+                                         Cfg::kSmemBytes, stream, p, plan);
+    if (err != cudaSuccess || plan.splits == 1) return err;
+    return launch_overlapping(p.overlap_launch, decode_combine_kernel<kHeadDim, OutT>,
+                              static_cast<unsigned>(plan.rows), 32 * kCombineWarps, 0, stream, p, plan);
+  }
+};
+
+}  // namespace
+
+template <int kRowGroups>
+int blocks_per_sm() {
+  using Cfg = DecodeConfig<128, kRowGroups>;
+  const auto kernel = decode_attention_kernel<Cfg, __half>;
+  int blocks = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, Cfg::kThreads, Cfg::kSmemBytes) != cudaSuccess) {
+    return 0;
+  }
+  return blocks;
+}
+
+int decode_blocks_per_sm(int row_warps) {
+  // Queried once per device and block shape: the instantiations of a shape share threads and shared memory.
+  static int cached[64][3] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  const int shape = row_warps == 1 ? 0 : row_warps == 2 ? 1 : 2;
+  int& blocks = cached[device][shape];
+  if (blocks == 0) blocks = shape == 0 ? blocks_per_sm<1>() : shape == 1 ? blocks_per_sm<2>() : blocks_per_sm<4>();
+  return blocks;
+}
+
+// Splits the keys of each (kv head, row tile) over as many blocks as fill the GPU's resident slots once (more
+// waves add a tail; fewer leave SMs idle), but keeps kMinRoundsPerSplit rounds per split.
+DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
+  DecodePlan plan{};
+  plan.row_warps = decode_row_warps(p);
+  plan.row_tiles = (decode_packed_rows(p) + 16 * plan.row_warps - 1) / (16 * plan.row_warps);
+  plan.rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  const int step = round_keys(p, plan.row_warps);
+  const int64_t heads = static_cast<int64_t>(p.batch) * p.heads_kv * plan.row_tiles;
+  const int64_t slots = std::max(1, sms) * static_cast<int64_t>(std::max(1, blocks_per_sm));
+  const int64_t most = std::max<int64_t>(1, p.seqlen_k / (kMinRoundsPerSplit * step));
+  const int64_t splits = std::clamp<int64_t>(slots / heads, 1, most);
+  const int64_t keys = (p.seqlen_k + splits - 1) / splits;
+  plan.keys_per_split = static_cast<int>((keys + step - 1) / step * step);
+  plan.splits = (p.seqlen_k + plan.keys_per_split - 1) / plan.keys_per_split;
+  return plan;
+}
+
+int64_t decode_workspace_bytes(const AttentionParams& p) {
+  const DecodePlan plan = plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+  return plan.splits == 1 ? 0 : plan.splits * plan.rows * (p.head_dim + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+cudaError_t launch_decode(const AttentionParams& p, cudaStream_t stream) {
+  switch (decode_row_warps(p)) {
+    case 1:
+      return launch_variant<DecodeVariant<1>>(p, stream);
+    case 2:
+      return launch_variant<DecodeVariant<2>>(p, stream);
+    default:
+      return launch_variant<DecodeVariant<4>>(p, stream);
+  }
+}
+
+}  // namespace sdpa
