@@ -19,6 +19,29 @@ CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40
          (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (1, 2, 2, 600, 600, 64, True)]
 
 
+# Decode calls (B, Hq, Hkv, Sq, Sk, D): one, two and four warps along the packed rows, key splits merged by the
+# combine kernel (B = 1 at 5000 keys), per-sequence lengths with an empty sequence and rows that see no key, q given
+# as bf16 values (quantized inside the kernel), bottom-right causal; and an append into an FP8 cache. The cache gets
+# fixed scales and no smoothing, so that no torch reduction runs: racecheck reports 2 hazards in torch's own
+# at::native::reduce_kernel (the amax of a prefill; torch 2.11, H100), none in sdpa_ext's kernels.
+DECODE_CASES = [(3, 8, 2, 1, 300, 128), (2, 16, 2, 2, 200, 64), (2, 8, 2, 16, 500, 128), (1, 32, 8, 1, 5000, 128)]
+
+
+def run_decode_cases():
+    gen = torch.Generator().manual_seed(1)
+    for b, hq, hkv, sq, sk, d in DECODE_CASES:
+        q = torch.randn(b, hq, sq, d, generator=gen).bfloat16().cuda()
+        k, v = (torch.randn(b, hkv, sk, d, generator=gen).bfloat16().cuda() for _ in range(2))
+        cache = sdpa_ext.FP8KVCache(b, hkv, sk + 4, d, device="cuda", smooth_keys=False)
+        scale = torch.full((b, hkv), 0.02, device="cuda")
+        cache.prefill(k, v, k_scale=scale, v_scale=scale)
+        cache.append(k[:, :, :4], v[:, :, :4])
+        cache.lengths[0] = 0 if b > 1 else cache.lengths[0]
+        out, _ = cache.attend(q)
+        assert bool(torch.isfinite(out).all()), ("decode", b, hq, sq, sk, d)
+    print(f"ran {len(DECODE_CASES)} decode shapes from an FP8 cache")
+
+
 def main(names):
     variants = names or sdpa_ext.variant_names(sdpa_ext.device_arch())
     gen = torch.Generator().manual_seed(0)
@@ -33,6 +56,8 @@ def main(names):
                 out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, out_dtype=out_dtype,
                                               variant=variant)
                 assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d)
+    if "decode" in variants:
+        run_decode_cases()
     torch.cuda.synchronize()
     print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes")
 

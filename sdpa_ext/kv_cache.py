@@ -44,7 +44,8 @@ class FP8KVCache:
         self.v_codes = torch.zeros(batch, heads_kv, capacity, head_dim, **codes)
         self.k_scale = torch.ones(batch, heads_kv, dtype=torch.float32, device=device)
         self.v_scale = torch.ones(batch, heads_kv, dtype=torch.float32, device=device)
-        self.k_shift = torch.zeros(batch, heads_kv, head_dim, dtype=torch.float32, device=device) if smooth_keys else None
+        shift = torch.zeros(batch, heads_kv, head_dim, dtype=torch.float32, device=device)
+        self.k_shift = shift if smooth_keys else None
         self.lengths = torch.zeros(batch, dtype=torch.int32, device=device)
         self.scale_margin = scale_margin
         self.scales_fixed = False

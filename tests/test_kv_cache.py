@@ -29,8 +29,9 @@ def test_append_encodes_like_torch_at_each_start(device, dtype, layout):
     shift = torch.randn(b, h, d, generator=gen).to(device)
     # Scales from 1 to 2 times each head's amax / 448: the codes span E4M3's range without saturating (torch 2.11's
     # cast gives NaN past 464 where the op saturates; test_append_saturates_never_nan covers that).
-    k_scale, v_scale = ((x.float() - sub).abs().amax(dim=(2, 3)) / 448 * (1 + torch.rand(b, h, generator=gen)).to(device)
-                        for x, sub in ((k, shift[:, :, None, :]), (v, 0.0)))
+    spread = [1 + torch.rand(b, h, generator=gen).to(device) for _ in range(2)]
+    k_scale, v_scale = ((x.float() - sub).abs().amax(dim=(2, 3)) / 448 * factor
+                        for x, sub, factor in ((k, shift[:, :, None, :], spread[0]), (v, 0.0, spread[1])))
     start = torch.tensor([0, 17, capacity - 2], dtype=torch.int32, device=device)  # the last one runs past the end
     if layout == "bshd":  # a [B, S, H, D] buffer seen as [B, H, S, D]
         caches = [torch.full((b, capacity, h, d), 0x11, dtype=torch.uint8, device=device).transpose(1, 2)

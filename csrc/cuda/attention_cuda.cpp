@@ -130,7 +130,9 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
     if (is_float_query(q)) std::tie(q, q_scale) = quantize_query(q, q_scale_in);
     out.narrow(2, 0, hidden).zero_();
     lse.narrow(2, 0, hidden).fill_(-std::numeric_limits<float>::infinity());
-    q = q.narrow(2, hidden, d.seqlen_k), out = out.narrow(2, hidden, d.seqlen_k), lse = lse.narrow(2, hidden, d.seqlen_k);
+    q = q.narrow(2, hidden, d.seqlen_k);
+    out = out.narrow(2, hidden, d.seqlen_k);
+    lse = lse.narrow(2, hidden, d.seqlen_k);
   }
   const at::Tensor ks = k_scale.contiguous(), vs = v_scale.contiguous();
   auto params = [&] {

@@ -101,7 +101,9 @@ __device__ void stage_query_values(const AttentionParams& p, const DecodeBlock& 
     } else {
       const T* x = head_values(head_q);
       float amax = 0.0f;
-      for (int e = lane; e < p.seqlen_q * kD; e += 32) amax = fmaxf(amax, fabsf(to_float(x[e / kD * p.q_row_stride + e % kD])));
+      for (int e = lane; e < p.seqlen_q * kD; e += 32) {
+        amax = fmaxf(amax, fabsf(to_float(x[e / kD * p.q_row_stride + e % kD])));
+      }
       scale = scale_from_amax(group_max<32>(amax));
     }
     if (lane == 0) head_scale[h] = scale;

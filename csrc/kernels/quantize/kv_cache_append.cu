@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kAppendThreads) kv_cache_append_kernel(const K
   const int col = static_cast<int>(j % vectors_per_row) * kVec;
   const int64_t row_index = j / vectors_per_row;  // over [B, H, rows]
   const int row = static_cast<int>(row_index % p.rows);
-  const int head = static_cast<int>(row_index / p.rows % p.heads), batch = static_cast<int>(row_index / p.rows / p.heads);
+  const int head = static_cast<int>(row_index / p.rows % p.heads);
+  const int batch = static_cast<int>(row_index / p.rows / p.heads);
   const int position = p.start[batch] + row;
   if (position < 0 || position >= p.capacity) return;  // outside the cache: dropped
 
