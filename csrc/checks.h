@@ -22,8 +22,11 @@ inline void check_codes(const at::Tensor& t, const char* name) {
               t.strides());
 }
 
-inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& q) {
-  TORCH_CHECK(t.device() == q.device(), name, " must be on the same device as q (", q.device(), "), got ", t.device());
+// `t` (named `name` in the error) on the device of `reference` (named `reference_name`).
+inline void check_same_device(const at::Tensor& t, const char* name, const at::Tensor& reference,
+                              const char* reference_name = "q") {
+  TORCH_CHECK(t.device() == reference.device(), name, " must be on the same device as ", reference_name, " (",
+              reference.device(), "), got ", t.device());
 }
 
 inline void check_scale(const at::Tensor& scale, const char* name, int64_t batch, int64_t heads, const char* heads_name) {
@@ -165,20 +168,19 @@ inline void check_kv_cache_append_inputs(const at::Tensor& k, const at::Tensor& 
               "k_cache must have shape [B, H, capacity, D] with B, H, D of k ", k.sizes(), ", got ", k_cache.sizes());
   TORCH_CHECK(v_cache.sizes() == k_cache.sizes(), "v_cache must have the shape of k_cache ", k_cache.sizes(), ", got ",
               v_cache.sizes());
-  const char* names[] = {"v", "k_cache", "v_cache", "k_scale", "v_scale", "start"};
-  const at::Tensor* tensors[] = {&v, &k_cache, &v_cache, &k_scale, &v_scale, &start};
-  for (int i = 0; i < 6; ++i) {
-    TORCH_CHECK(tensors[i]->device() == k.device(), names[i], " must be on the same device as k (", k.device(),
-                "), got ", tensors[i]->device());
-  }
+  check_same_device(v, "v", k, "k");
+  check_same_device(k_cache, "k_cache", k, "k");
+  check_same_device(v_cache, "v_cache", k, "k");
+  check_same_device(k_scale, "k_scale", k, "k");
+  check_same_device(v_scale, "v_scale", k, "k");
+  check_same_device(start, "start", k, "k");
   check_scale(k_scale, "k_scale", k.size(0), k.size(1), "H");
   check_scale(v_scale, "v_scale", k.size(0), k.size(1), "H");
   TORCH_CHECK(start.scalar_type() == at::kInt && start.dim() == 1 && start.size(0) == k.size(0),
               "start must be a torch.int32 tensor of shape [B] = [", k.size(0), "], got ", start.scalar_type(), " ",
               start.sizes());
   if (k_shift.has_value()) {
-    TORCH_CHECK(k_shift->device() == k.device(), "k_shift must be on the same device as k (", k.device(), "), got ",
-                k_shift->device());
+    check_same_device(*k_shift, "k_shift", k, "k");
     TORCH_CHECK(k_shift->scalar_type() == at::kFloat &&
                     k_shift->sizes() == at::IntArrayRef({k.size(0), k.size(1), k.size(3)}),
                 "k_shift must be a torch.float32 tensor of shape [B, H, D] = [", k.size(0), ", ", k.size(1), ", ",

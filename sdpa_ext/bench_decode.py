@@ -17,6 +17,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 import sdpa_ext
 from sdpa_ext import timing
+from sdpa_ext.bench import SDPA_BACKENDS, sdpa_backend_context
 
 # (B, Hq, Hkv, Sq, Sk, D): Llama-8B-like heads at growing batch and context, B = 1 at 128k keys, D = 64, and the
 # speculative-decoding rows of 4 and 16 queries at 32k keys.
@@ -30,7 +31,6 @@ DECODE_SHAPES = [
     (8, 32, 8, 16, 32768, 128),
 ]
 DATASHEET_TB_S = {"H100": 3.35, "H200": 4.8}  # HBM bandwidth of the SXM parts, by name
-SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
 
 
 def copy_bandwidth_tb_s(bytes_each_way=1 << 30):
@@ -85,8 +85,6 @@ class DecodeBench:
         return call
 
     def sdpa(self, backend):
-        from sdpa_ext.bench import sdpa_backend_context
-
         def call(i):
             q, k, v = self.sets[i % len(self.sets)][:3]
             with sdpa_backend_context(backend):

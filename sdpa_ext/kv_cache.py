@@ -82,13 +82,13 @@ class FP8KVCache:
         if lengths is None:
             lengths = torch.full((k.size(0),), rows, dtype=torch.int32, device=k.device)
         valid = (torch.arange(rows, device=k.device)[None, :] < lengths.to(k.device)[:, None])[:, None, :, None]
-        kf, vf = k.float(), v.float()
+        kf = k.float()
         if self.k_shift is not None:
             count = valid.sum(dim=2).clamp(min=1)
             self.k_shift.copy_((kf * valid).sum(dim=2) / count)
             kf = kf - self.k_shift[:, :, None, :]
         self.k_scale.copy_(self._scale(kf, valid) if k_scale is None else k_scale)
-        self.v_scale.copy_(self._scale(vf, valid) if v_scale is None else v_scale)
+        self.v_scale.copy_(self._scale(v.float(), valid) if v_scale is None else v_scale)
         self.scales_fixed = True
         self.lengths.zero_()
         self._write(k, v)

@@ -135,22 +135,22 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
     lse = lse.narrow(2, hidden, d.seqlen_k);
   }
   const at::Tensor ks = k_scale.contiguous(), vs = v_scale.contiguous();
-  auto params = [&] {
-    return make_params(q, k, v, q_scale, ks, vs, out, lse, lengths, is_causal, bottom_right, softmax_scale);
-  };
-  AttentionParams p = params();
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const int sm = prop->major * 10 + prop->minor;
-  p.overlap_launch = sm >= 90;
+  auto params = [&] {
+    AttentionParams p =
+        make_params(q, k, v, q_scale, ks, vs, out, lse, lengths, is_causal, bottom_right, softmax_scale);
+    p.overlap_launch = sm >= 90;
+    return p;
+  };
+  AttentionParams p = params();
   const int index = resolve_variant(variant, p, sm);
   TORCH_CHECK(p.seqlens_k == nullptr || attention_variant_takes_seqlens(index),
               "seqlens_k needs the decode kernel, which needs k and v rows aligned to 16 bytes (data_ptr and "
               "batch/head/row strides multiples of 16 bytes)");
   if (p.q_type != QueryType::kCodes && !attention_variant_quantizes_q(index, p)) {
     std::tie(q, q_scale) = quantize_query(q, q_scale_in);
-    const bool overlap = p.overlap_launch;
     p = params();
-    p.overlap_launch = overlap;
   }
   // Freed when this returns: the caching allocator hands it out again only to work queued after the kernel.
   at::Tensor workspace;
