@@ -21,7 +21,11 @@ from pathlib import Path
 KERNEL_DIR = Path(__file__).resolve().parent.parent / "csrc" / "kernels"
 # Hopper builds as sm_90a: wgmma and setmaxnreg exist only in the arch-specific target.
 DEFAULT_ARCHS = ("sm_80", "sm_89", "sm_90a")
-NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-c", "-o", "/dev/null"]
+# The defines are torch's for every extension build (torch.utils.cpp_extension): without them a conversion that the
+# real build rejects (a float into __half) compiled here.
+NVCC_FLAGS = ["-std=c++17", "-O3", "--expt-relaxed-constexpr", "-D__CUDA_NO_HALF_OPERATORS__",
+              "-D__CUDA_NO_HALF_CONVERSIONS__", "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+              "-Xptxas", "-v", "-c", "-o", "/dev/null"]
 
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")

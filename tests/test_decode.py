@@ -100,10 +100,12 @@ def test_decode_matches_references(device, case, mask, with_seqlens, record_erro
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("case", [(2, 16, 4, 3, 700, 128), (1, 8, 2, 40, 300, 64)], ids=case_id)
+@pytest.mark.parametrize("case", [(2, 16, 4, 3, 700, 128), (1, 32, 1, 5, 300, 64), (1, 8, 1, 12, 300, 128),
+                                  (1, 8, 2, 40, 300, 64)], ids=case_id)
 def test_query_values_are_quantized_like_quantize_fp8(device, case, dtype):
     # A q of values runs exactly as its quantize_fp8 codes would: the decode kernel quantizes it itself (up to 16
-    # rows per head), the op quantizes it first for the other kernels; either way the same codes and scales.
+    # rows per head), the op quantizes it first for the other kernels; either way the same codes and scales. MQA at
+    # 5 and 12 queries puts a head across two 64-row blocks, whose amax then spans both.
     q, k, v = make_inputs(case, 1, device, dtype)
     _, _, k8, ks, v8, vs = quantize_all(q, k, v)
     given = torch.rand(case[0], case[1], device=device) * 0.01 + 0.001  # also with a fixed scale
