@@ -1,15 +1,34 @@
 """Drop-in replacement for torch.nn.functional.scaled_dot_product_attention on fp16/bf16 tensors."""
 
-from typing import Optional
+import math
+import warnings
+from collections import Counter
+from typing import Dict, Optional
 
 import torch
-
+import torch.nn.functional as F
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from sdpa_ext import ops
 from sdpa_ext.quant import quantize_fp8_qkv
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+# Head dims with kernels. A smaller head dim runs zero-padded to the next one: zero dims add nothing to q k^T, leave
+# each head's amax (so its E4M3 codes) unchanged, and give zero output dims, cut off again; the softmax scale stays
+# that of the true head dim. Larger head dims run on torch SDPA (fallback_counts()).
+KERNEL_HEAD_DIMS = (64, 128)
+
+_fallbacks: Counter = Counter()  # drop-in calls that ran torch SDPA, by reason
+
+
+def fallback_counts() -> Dict[str, int]:
+    """Drop-in calls that ran F.scaled_dot_product_attention instead of sdpa_ext, by reason (each warned once)."""
+    return dict(_fallbacks)
+
+
+def kernel_head_dim(head_dim: int) -> Optional[int]:
+    """The smallest head dim with kernels that holds `head_dim`, or None when none does."""
+    return next((width for width in KERNEL_HEAD_DIMS if width >= head_dim), None)
 
 
 CAUSAL_ALIGNMENTS = {CausalVariant.UPPER_LEFT: "top_left", CausalVariant.LOWER_RIGHT: "bottom_right"}
@@ -67,13 +86,29 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale [+ causal mask]) v with q, k, v quantized to E4M3 per head.
 
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
-    dtype. is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or
+    dtype. v may have a head dim of its own, as in torch. Head dims below 128 other than 64 run zero-padded to 64 or
+    128 (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in fallback_counts() and warned once. is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or
     causal_lower_right (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention
     also takes.
     """
     _check_inputs(query, key, value, dropout_p, enable_gqa)
+    head_dim, value_dim = query.size(-1), value.size(-1)
+    if key.size(-1) != head_dim:
+        raise ValueError(f"k must have the head dim of q ({head_dim}), got shape {list(key.shape)}")
+    width = kernel_head_dim(max(head_dim, value_dim))
+    if width is None:
+        reason = f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}"
+        if reason not in _fallbacks:
+            warnings.warn(f"sdpa_ext.scaled_dot_product_attention: {reason} has no kernel; running torch SDPA",
+                          stacklevel=2)
+        _fallbacks[reason] += 1
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                                              scale=scale, enable_gqa=enable_gqa)
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    query, key, value = (t if t.size(-1) == width else F.pad(t, (0, width - t.size(-1))) for t in (query, key, value))
     q8, q_scale, k8, k_scale, v8, v_scale = quantize_fp8_qkv(query, key, value)
     out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
                              causal_alignment=alignment)
-    return out
+    return out if value_dim == width else out[..., :value_dim]

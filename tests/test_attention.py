@@ -6,10 +6,12 @@
     E4M3 inputs achieves: max_abs <= 1.25 * max_abs(exact) + 0.01 (fast tier: 2x + 0.02), mean_abs <= 0.02.
 """
 
+import contextlib
 from dataclasses import dataclass
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import sdpa_ext
 from conftest import CUDA_SKIP
@@ -290,6 +292,38 @@ def test_drop_in_matches_sdpa(device, dtype, is_causal, record_error):
     assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
 
 
+# (head dim of q and k, head dim of v): ViT-H/14 (80), ViT-g/14 (88), small heads, and v wider or narrower than q.
+PADDED_HEAD_DIMS = [(80, 80), (88, 88), (32, 32), (96, 40), (64, 128)]
+
+
+@pytest.mark.parametrize("dims", PADDED_HEAD_DIMS, ids=lambda d: f"qk{d[0]}-v{d[1]}")
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, record_error):
+    # A head dim without kernels runs zero-padded to the next one, with the softmax scale of its own size: the same
+    # result as exact math on the FP8 inputs of the true size, to within the full tier's kernel error.
+    head_dim, value_dim = dims
+    gen = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 8, 130, head_dim, generator=gen).half().to(device)
+    k = torch.randn(2, 2, 170, head_dim, generator=gen).half().to(device)
+    v = torch.randn(2, 2, 170, value_dim, generator=gen).half().to(device)
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    assert out.shape == (2, 8, 130, value_dim) and out.dtype == torch.float16
+    deq = [sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(t)) for t in (q, k, v)]
+    exact_out, _ = attention_float64(*deq, is_causal=is_causal)
+    assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
+    check_end_to_end_error(out, exact_out, sdpa_float32(q, k, v, is_causal=is_causal), record_error)
+
+
+def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
+    q = torch.randn(1, 2, 16, 256, dtype=torch.float16)
+    reason = "head dim 256 > 128"
+    before = sdpa_ext.attention.fallback_counts().get(reason, 0)
+    with pytest.warns(UserWarning, match="head dim 256") if before == 0 else contextlib.nullcontext():
+        out = sdpa_ext.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
+
+
 def test_drop_in_rejects_what_it_cannot_do():
     q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="attn_mask"):
@@ -302,6 +336,8 @@ def test_drop_in_rejects_what_it_cannot_do():
         sdpa_ext.scaled_dot_product_attention(q, q[0], q)
     with pytest.raises(ValueError, match="share a dtype"):
         sdpa_ext.scaled_dot_product_attention(q, q.bfloat16(), q)
+    with pytest.raises(ValueError, match="k must have the head dim of q"):
+        sdpa_ext.scaled_dot_product_attention(q, q[..., :32], q)
     with pytest.raises(ValueError, match="enable_gqa=True"):
         sdpa_ext.scaled_dot_product_attention(q, q[:, :1], q[:, :1])
     with pytest.raises(NotImplementedError, match="no backward"):
