@@ -164,6 +164,50 @@ def test_manual_decode_loop_with_fp8_cache(model, device):
         assert cosine(a, b) > LOGITS_COSINE, f"step {step}"
 
 
+CHUNK = 4  # queries after the cached prompt: a chunked prefill, or a speculative-decoding check
+
+
+@pytest.mark.parametrize("kind", ["fp8_cache", "dynamic_cache"])
+def test_chunk_after_cached_keys_runs_the_kernels(model, device, kind):
+    # A chunk of queries after cached keys is causal, bottom-right aligned: causal_mask hands torch's
+    # causal_lower_right instead of a materialized mask, and the kernels run it (no fallback).
+    sequences = torch.cat([prompt(device), prompt(device, seed=1)[:, :CHUNK]], dim=1)
+    if kind == "fp8_cache":
+        cache = sdpa_hf.FP8Cache(model.config, BATCH, sequences.size(1), device=device)
+    else:
+        cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(sequences[:, :PROMPT], past_key_values=cache, use_cache=True)
+        sdpa_hf.reset_counters()
+        ours = model(sequences[:, PROMPT:], past_key_values=cache, use_cache=True).logits
+    path = "fp8_cache" if kind == "fp8_cache" else "drop_in"
+    assert sdpa_hf.call_counts() == {path: LAYERS} and sdpa_hf.fallback_counts() == {}
+    with attention(model, "sdpa"), torch.no_grad():
+        reference_cache = DynamicCache(config=model.config)
+        model(sequences[:, :PROMPT], past_key_values=reference_cache, use_cache=True)
+        reference = model(sequences[:, PROMPT:], past_key_values=reference_cache, use_cache=True).logits
+    for t in range(CHUNK):
+        assert cosine(ours[:, t], reference[:, t]) > LOGITS_COSINE, f"query {t}"
+
+
+def test_causal_mask_leaves_out_only_what_the_kernels_apply():
+    from torch.nn.attention.bias import CausalBias, CausalVariant
+    from transformers.masking_utils import sdpa_mask
+
+    chunk = sdpa_hf.causal_mask(2, 4, 10, q_offset=6)
+    assert isinstance(chunk, CausalBias) and chunk.variant == CausalVariant.LOWER_RIGHT
+    assert (chunk.seq_len_q, chunk.seq_len_kv) == (4, 10)
+    assert sdpa_hf.causal_mask(2, 4, 10, q_offset=6, attention_mask=torch.ones(2, 10, dtype=torch.bool)) is not None
+    padded = torch.ones(2, 10, dtype=torch.bool)
+    padded[0, :3] = False
+    for kwargs in ({"attention_mask": padded}, {"q_offset": 0}, {"allow_is_causal_skip": False}, {"local_size": 3}):
+        args = {"q_offset": 6, **kwargs}
+        expected = sdpa_mask(2, 4, 10, **args)
+        got = sdpa_hf.causal_mask(2, 4, 10, **args)
+        assert (got is None and expected is None) or torch.equal(got, expected), kwargs
+    assert sdpa_hf.causal_mask(2, 5, 5) is None  # plain causal: transformers' own skip
+
+
 def test_fp8_cache_reset_starts_over(model, device):
     first, cache = fp8_generate(model, prompt(device))
     cache.reset()

@@ -7,10 +7,12 @@
     cache = sdpa_hf.FP8Cache(model.config, batch_size=1, max_cache_len=4096, device="cuda")
     tokens = model.generate(input_ids, past_key_values=cache, max_new_tokens=64)
 
-Calls whose mask transformers leaves out (plain causal, no padding: transformers' own sdpa mask decides) run
-sdpa_ext: the fp16/bf16 drop-in on ordinary key/value tensors, fp8_forward straight on the codes of an FP8Cache.
-Anything the kernels cannot express (a materialized mask such as padding, dropout, other head dims, fp32, autograd)
-runs transformers' torch SDPA path instead: counted (`fallback_counts()`), warned once per reason, never wrong.
+Calls whose mask transformers leaves out (plain causal, no padding: transformers' own sdpa mask decides), and
+causal chunks of queries after cached keys with no padding (chunked prefill, speculative decoding: `causal_mask`
+hands torch's causal_lower_right instead of a tensor), run sdpa_ext: the fp16/bf16 drop-in on ordinary key/value
+tensors, fp8_forward straight on the codes of an FP8Cache. Anything the kernels cannot express (a materialized mask
+such as padding, dropout, other head dims, fp32, autograd) runs transformers' torch SDPA path instead: counted
+(`fallback_counts()`), warned once per reason, never wrong.
 `compare_with_sdpa()` measures every call against torch SDPA in fp32 on the unquantized inputs.
 """
 
@@ -22,10 +24,11 @@ from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import CausalBias, CausalVariant, causal_lower_right
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import sdpa_mask
+from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
 
 from sdpa_ext import ops
 from sdpa_ext.attention import SUPPORTED_DTYPES, scaled_dot_product_attention
@@ -36,7 +39,7 @@ from sdpa_ext.variants import HEAD_DIMS
 DEFAULT_NAME = "sdpa_ext"
 
 FALLBACK_REASONS = {
-    "attention_mask": "a materialized attention mask (padding, or several new tokens after a cache)",
+    "attention_mask": "a materialized attention mask (padding, sliding windows, packed sequences)",
     "dropout": "dropout > 0",
     "position_bias": "an additive position bias",
     "head_dim": f"a head dim other than {' or '.join(map(str, HEAD_DIMS))}",
@@ -125,10 +128,27 @@ def register(name: str = DEFAULT_NAME) -> str:
     if name in interface and interface[name] is not attention_forward:
         raise ValueError(f"name {name!r} is already registered for another attention implementation")
     AttentionInterface.register(name, attention_forward)
-    # The sdpa mask is None exactly when the call is plain causal (or, for one query, unmasked) with no padding,
-    # which is what the kernels run; every other mask is materialized, and the attention function falls back on it.
-    AttentionMaskInterface.register(name, sdpa_mask)
+    # transformers' sdpa mask is None exactly when the call is plain causal (or, for one query, unmasked) with no
+    # padding; causal_mask also leaves a chunk after cached keys unmaterialized. The kernels run both; every other
+    # mask is materialized, and the attention function falls back on it.
+    AttentionMaskInterface.register(name, causal_mask)
     return name
+
+
+def causal_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
+                mask_function=causal_mask_function, attention_mask: Optional[torch.Tensor] = None,
+                local_size: Optional[int] = None, allow_is_causal_skip: bool = True, **kwargs):
+    """transformers' sdpa mask, except for a causal chunk of q_length queries that follows cached keys (the last
+    q_length of kv_length positions) with no padding: torch's causal_lower_right(q_length, kv_length), which the
+    kernels apply without a mask tensor (sdpa_mask would materialize it)."""
+    chunk = (allow_is_causal_skip and mask_function is causal_mask_function and local_size is None
+             and kv_offset == 0 and 1 < q_length < kv_length and q_offset + q_length == kv_length)
+    if chunk:
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        if padding is None or bool(padding[:, :kv_length].all()):  # one sync per forward, as sdpa_mask's own check
+            return causal_lower_right(q_length, kv_length)
+    return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, local_size,
+                     allow_is_causal_skip=allow_is_causal_skip, **kwargs)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -141,22 +161,37 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             raise NotImplementedError(f"{argument}: {what} is not supported by sdpa_ext (nor applied by torch SDPA); "
                                       "use attn_implementation='eager' for this model")
     layer = _fp8_layer_of(key)
-    reason = _fallback_reason(query, key, value, attention_mask, dropout, kwargs)
+    chunk = _is_chunk_mask(attention_mask, query, key)
+    reason = _fallback_reason(query, key, value, None if chunk else attention_mask, dropout, kwargs)
     if reason is None:
         path = "drop_in" if layer is None else "fp8_cache"
-        out = _fast_attention(module, query, key, value, layer, scaling, is_causal)
+        out = _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk)
     else:
         path = "fallback"
         _warn_fallback(reason)
         if layer is not None:
             key, value = layer.dequantize(key, value, query.dtype)
-        out, _ = sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, is_causal,
-                                        **kwargs)
+        out, _ = sdpa_attention_forward(module, query, key, value, _mask_tensor(attention_mask, query), dropout,
+                                        scaling, is_causal, **kwargs)
     _calls[path] += 1
     if _comparison is not None:
         _comparison.record(path, out, _reference(module, query, key, value, layer, attention_mask, scaling,
                                                  is_causal, kwargs))
     return out, None
+
+
+def _is_chunk_mask(attention_mask, query, key):
+    """Whether the mask is causal_mask's causal_lower_right for exactly these query and key counts."""
+    return (isinstance(attention_mask, CausalBias) and attention_mask.variant == CausalVariant.LOWER_RIGHT
+            and (attention_mask.seq_len_q, attention_mask.seq_len_kv) == (query.size(2), key.size(2)))
+
+
+def _mask_tensor(attention_mask, query):
+    """The mask as transformers' sdpa path takes it: a CausalBias becomes its boolean [1, 1, Sq, Sk] tensor."""
+    if not isinstance(attention_mask, CausalBias):
+        return attention_mask
+    q_len, kv_len = attention_mask.seq_len_q, attention_mask.seq_len_kv
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=query.device).tril(kv_len - q_len)[None, None]
 
 
 def _fp8_layer_of(key):
@@ -193,18 +228,20 @@ def _warn_fallback(reason):
                       "once per reason; fallback_counts() counts every call)", FallbackWarning, stacklevel=3)
 
 
-def _fast_attention(module, query, key, value, layer, scaling, is_causal):
+def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk):
     q_len, kv_len = query.size(2), key.size(2)
-    causal = q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
-    if causal and kv_len > q_len:
+    causal = chunk or q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
+    if causal and kv_len > q_len and not chunk:
         # A missing mask means torch's top-left is_causal to transformers (sdpa_attention_forward). sdpa_mask leaves
         # it out with kv_len > q_len only for a prefill into an empty StaticCache, whose keys past q_len are unwritten
-        # slots that top-left masks anyway: drop them, as sdpa_attention_forward does. A query appended after cached
-        # keys always gets a materialized mask, so after this every causal call has q_len == kv_len, where top-left
-        # and bottom-right alignments agree.
+        # slots that top-left masks anyway: drop them, as sdpa_attention_forward does. Queries after cached keys come
+        # with causal_mask's CausalBias (chunk), so after this every other causal call has q_len == kv_len, where
+        # top-left and bottom-right alignments agree.
         key, value = key[:, :, :q_len], value[:, :, :q_len]
     if layer is None:
-        out = scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling, enable_gqa=True)
+        mask = causal_lower_right(q_len, kv_len) if chunk else None
+        out = scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal and not chunk,
+                                           scale=scaling, enable_gqa=True)
     else:
         out, _ = ops.fp8_forward(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, is_causal=causal,
                                  scale=scaling, out_dtype=query.dtype, causal_alignment="bottom_right")
@@ -215,8 +252,8 @@ def _reference(module, query, key, value, layer, attention_mask, scaling, is_cau
     if layer is not None:
         key, value = layer.unquantized_for(key)
     with torch.no_grad():
-        out, _ = sdpa_attention_forward(module, query.float(), key.float(), value.float(), attention_mask, 0.0,
-                                        scaling, is_causal, **kwargs)
+        out, _ = sdpa_attention_forward(module, query.float(), key.float(), value.float(),
+                                        _mask_tensor(attention_mask, query), 0.0, scaling, is_causal, **kwargs)
     return out
 
 
