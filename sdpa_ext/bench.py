@@ -8,7 +8,8 @@
     python -m sdpa_ext.bench --preset decode --rounds 3       # decode from an FP8 cache (bench_decode.py)
 
 Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
-end-to-end drop-in from fp16/bf16, and every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
+end-to-end drop-in from fp16/bf16 for each tier (`auto`: full, `fast`) with the quantization's share of it, and
+every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
 row is timed by CUDA-graph replay (GPU time per call; the ratios use it) and by per-call CUDA events (median,
 p90; launch overhead included), cycling through enough input sets that the L2 cache does not flatter small
 shapes. Accuracy columns compare each attention row with SDPA in fp32 on the original inputs.
@@ -100,6 +101,11 @@ def input_sets(shape, dtype, device):
     return [[torch.randn(shape, generator=gen).to(dtype).to(device) for _ in range(3)] for _ in range(count)]
 
 
+# The drop-in's end-to-end rows, one per tier: "sdpa_ext end-to-end" keeps the name that result files and
+# scripts/summarize.py know.
+END_TO_END_ROWS = {"auto": "sdpa_ext end-to-end", "fast": "sdpa_ext end-to-end [fast]"}
+
+
 class ShapeBench:
     """Times every row for one (shape, causal, dtype), in `rounds` passes over the rows (see run)."""
 
@@ -146,8 +152,11 @@ class ShapeBench:
     def quantize(self, i):
         return sdpa_ext.quantize_fp8_qkv(*self.sets[i % len(self.sets)])
 
-    def end_to_end(self, i):
-        return sdpa_ext.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal)
+    def end_to_end(self, variant="auto"):
+        def call(i):
+            return sdpa_ext.scaled_dot_product_attention(*self.sets[i % len(self.sets)], is_causal=self.is_causal,
+                                                         variant=variant)
+        return call
 
     def sdpa(self, backend):
         def call(i):
@@ -183,7 +192,8 @@ class ShapeBench:
         for variant in variants:
             self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
         self.add("sdpa_ext quantize q,k,v", "quantize", self.quantize)
-        self.add("sdpa_ext end-to-end", "end_to_end", self.end_to_end, self.end_to_end(0))
+        for tier, name in END_TO_END_ROWS.items():
+            self.add(name, "end_to_end", self.end_to_end(tier), self.end_to_end(tier)(0))
         for backend in SDPA_BACKENDS if self.device == "cuda" else ("math",):
             try:
                 out = self.sdpa(backend)(0)
@@ -199,8 +209,11 @@ class ShapeBench:
                 row["tflops"] = self.flops / row["time_us"] / 1e6
         timed = [r for r in self.rows if "time_us" in r]
         best = min((r["time_us"] for r in timed if r["kind"] == "sdpa"), default=None)
+        quantize = next((r["time_us"] for r in timed if r["kind"] == "quantize"), None)
         for r in timed:
             r["vs_best_sdpa"] = r["time_us"] / best if best else None
+            if r["kind"] == "end_to_end" and quantize is not None:
+                r["quantize_share"] = quantize / r["time_us"]
         return {"shape": list(self.shape), "causal": self.is_causal, "dtype": str(self.dtype).replace("torch.", ""),
                 "flops": self.flops, "rows": self.rows}
 
@@ -221,11 +234,12 @@ def markdown(result, device):
     label = "graph us" if device == "cuda" else "cpu us"
     lines = [f"### {'x'.join(map(str, result['shape']))} {'causal' if result['causal'] else 'non-causal'} "
              f"{result['dtype']}",
-             f"| row | {label} | events us (p90) | TFLOP/s | vs best SDPA | max abs | mean abs | cos | SQNR dB |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"| row | {label} | events us (p90) | TFLOP/s | vs best SDPA | max abs | mean abs | cos | SQNR dB | "
+             "quantize share |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         if "skipped" in r:
-            lines.append(f"| {r['name']} | skipped: {r['skipped']} | | | | | | | |")
+            lines.append(f"| {r['name']} | skipped: {r['skipped']} | | | | | | | | |")
             continue
         events = f"{r['events']['median_us']:.1f} ({r['events']['p90_us']:.1f})" if "events" in r else "-"
         spread = f" [{min(r['rounds_us']):.1f}-{max(r['rounds_us']):.1f}]" if len(r["rounds_us"]) > 1 else ""
@@ -235,7 +249,8 @@ def markdown(result, device):
         ratio = f"{r['vs_best_sdpa']:.2f}x" if r["vs_best_sdpa"] else "-"
         quality = (f"{r['tflops']:.1f} | {ratio} | {r['max_abs']:.4f} | {r['mean_abs']:.4f} | {r['cosine']:.5f} | "
                    f"{r['sqnr_db']:.1f}") if "tflops" in r else f"- | {ratio} | - | - | - | -"
-        lines.append(f"| {r['name']} | {r['time_us']:.1f}{spread} | {events} | {quality} |")
+        share = f"{r['quantize_share']:.0%}" if "quantize_share" in r else "-"
+        lines.append(f"| {r['name']} | {r['time_us']:.1f}{spread} | {events} | {quality} | {share} |")
     return "\n".join(lines)
 
 

@@ -67,8 +67,12 @@ def test_cpu_run_writes_json(tmp_path, capsys, monkeypatch):
     report = run_bench(tmp_path, "--causal")
     assert report["device"] == "cpu" and report["torch"] and report["commit"]
     rows = {r["name"]: r for r in report["results"][0]["rows"]}
-    assert {"sdpa_ext[auto]", "sdpa_ext quantize q,k,v", "sdpa_ext end-to-end", "torch sdpa math"} <= set(rows)
+    assert {"sdpa_ext[auto]", "sdpa_ext quantize q,k,v", "sdpa_ext end-to-end", "sdpa_ext end-to-end [fast]",
+            "torch sdpa math"} <= set(rows)
     assert rows["sdpa_ext[auto]"]["cosine"] > 0.99 and rows["torch sdpa math"]["vs_best_sdpa"] == 1.0
+    for name in ("sdpa_ext end-to-end", "sdpa_ext end-to-end [fast]"):  # the quantization's share of the drop-in
+        quantize_us, row = rows["sdpa_ext quantize q,k,v"]["time_us"], rows[name]
+        assert row["cosine"] > 0.99 and row["quantize_share"] == pytest.approx(quantize_us / row["time_us"])
     assert "| sdpa_ext[auto] |" in capsys.readouterr().out
 
 
