@@ -111,4 +111,5 @@ def scaled_dot_product_attention(
     q8, q_scale, k8, k_scale, v8, v_scale = quantize_fp8_qkv(query, key, value)
     out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
                              causal_alignment=alignment)
-    return out if value_dim == width else out[..., :value_dim]
+    # Contiguous, as torch's output is: callers .view() it.
+    return out if value_dim == width else out[..., :value_dim].contiguous()

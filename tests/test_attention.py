@@ -307,7 +307,7 @@ def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, record_er
     k = torch.randn(2, 2, 170, head_dim, generator=gen).half().to(device)
     v = torch.randn(2, 2, 170, value_dim, generator=gen).half().to(device)
     out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
-    assert out.shape == (2, 8, 130, value_dim) and out.dtype == torch.float16
+    assert out.shape == (2, 8, 130, value_dim) and out.dtype == torch.float16 and out.is_contiguous()
     deq = [sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(t)) for t in (q, k, v)]
     exact_out, _ = attention_float64(*deq, is_causal=is_causal)
     assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
