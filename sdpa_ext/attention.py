@@ -64,6 +64,8 @@ def _check_inputs(q, k, v, dropout_p, enable_gqa):
             raise ValueError(f"{name} must have 4 dims [B, H, S, D], got shape {list(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
+    if k.size(-1) != q.size(-1):
+        raise ValueError(f"k must have the head dim of q ({q.size(-1)}), got shape {list(k.shape)}")
     if q.size(1) != k.size(1) and not enable_gqa:
         raise ValueError(
             f"q has {q.size(1)} heads and k/v have {k.size(1)}: pass enable_gqa=True for grouped-query attention"
@@ -87,14 +89,12 @@ def scaled_dot_product_attention(
 
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
     dtype. v may have a head dim of its own, as in torch. Head dims below 128 other than 64 run zero-padded to 64 or
-    128 (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in fallback_counts() and warned once. is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or
-    causal_lower_right (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention
-    also takes.
+    128 (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in fallback_counts() and warned once.
+    is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
+    (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention also takes.
     """
     _check_inputs(query, key, value, dropout_p, enable_gqa)
     head_dim, value_dim = query.size(-1), value.size(-1)
-    if key.size(-1) != head_dim:
-        raise ValueError(f"k must have the head dim of q ({head_dim}), got shape {list(key.shape)}")
     width = kernel_head_dim(max(head_dim, value_dim))
     if width is None:
         reason = f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}"

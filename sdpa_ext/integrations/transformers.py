@@ -161,11 +161,11 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             raise NotImplementedError(f"{argument}: {what} is not supported by sdpa_ext (nor applied by torch SDPA); "
                                       "use attn_implementation='eager' for this model")
     layer = _fp8_layer_of(key)
-    chunk = _is_chunk_mask(attention_mask, query, key)
-    reason = _fallback_reason(query, key, value, None if chunk else attention_mask, dropout, kwargs)
+    chunk_mask = attention_mask if _is_chunk_mask(attention_mask, query, key) else None
+    reason = _fallback_reason(query, key, value, None if chunk_mask is not None else attention_mask, dropout, kwargs)
     if reason is None:
         path = "drop_in" if layer is None else "fp8_cache"
-        out = _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk)
+        out = _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_mask)
     else:
         path = "fallback"
         _warn_fallback(reason)
@@ -228,8 +228,10 @@ def _warn_fallback(reason):
                       "once per reason; fallback_counts() counts every call)", FallbackWarning, stacklevel=3)
 
 
-def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk):
+def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_mask):
+    """chunk_mask: causal_mask's causal_lower_right for these queries and keys, or None."""
     q_len, kv_len = query.size(2), key.size(2)
+    chunk = chunk_mask is not None
     causal = chunk or q_len > 1 and (is_causal if is_causal is not None else getattr(module, "is_causal", True))
     if causal and kv_len > q_len and not chunk:
         # A missing mask means torch's top-left is_causal to transformers (sdpa_attention_forward). sdpa_mask leaves
@@ -239,8 +241,7 @@ def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk)
         # top-left and bottom-right alignments agree.
         key, value = key[:, :, :q_len], value[:, :, :q_len]
     if layer is None:
-        mask = causal_lower_right(q_len, kv_len) if chunk else None
-        out = scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=causal and not chunk,
+        out = scaled_dot_product_attention(query, key, value, attn_mask=chunk_mask, is_causal=causal and not chunk,
                                            scale=scaling, enable_gqa=True)
     else:
         out, _ = ops.fp8_forward(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, is_causal=causal,
