@@ -100,15 +100,36 @@ def test_decode_matches_references(device, case, mask, with_seqlens, record_erro
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("case", [(2, 16, 4, 3, 700, 128), (1, 32, 1, 5, 300, 64), (1, 8, 1, 12, 300, 128),
-                                  (1, 8, 2, 40, 300, 64)], ids=case_id)
+@pytest.mark.parametrize("case", [(3, 32, 8, 1, 500, 64), (2, 16, 4, 3, 700, 128), (1, 16, 2, 3, 300, 128),
+                                  (1, 32, 1, 5, 300, 64), (1, 8, 1, 12, 300, 128), (1, 8, 2, 40, 300, 64)],
+                         ids=case_id)
 def test_query_values_are_quantized_like_quantize_fp8(device, case, dtype):
     # A q of values runs exactly as its quantize_fp8 codes would: the decode kernel quantizes it itself (up to 16
-    # rows per head), the op quantizes it first for the other kernels; either way the same codes and scales. MQA at
-    # 5 and 12 queries puts a head across two 64-row blocks, whose amax then spans both.
-    q, k, v = make_inputs(case, 1, device, dtype)
+    # rows per head), the op quantizes it first for the other kernels; either way the same codes and scales. Up to
+    # 32 packed rows the kernel quantizes fp16/bf16 rows from registers (16 and 32 rows here), beyond that and for
+    # fp32 it reads each head twice; MQA at 5 and 12 queries puts a head across two 64-row blocks, whose amax then
+    # spans both.
+    check_values_quantized_like_codes(*make_inputs(case, 1, device, dtype), device)
+
+
+@pytest.mark.parametrize("layout", ["heads_inner", "unaligned_rows"])
+def test_query_values_in_other_layouts_are_quantized_like_quantize_fp8(device, layout):
+    # A [B, Sq, Hq, D] projection seen as [B, Hq, Sq, D] keeps 16-byte aligned rows (the register path); rows one
+    # element off their alignment take the path that reads element by element.
+    case = (2, 32, 8, 1, 300, 128)
+    q, k, v = make_inputs(case, 1, device, torch.bfloat16)
+    if layout == "heads_inner":
+        q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    else:
+        wide = torch.zeros(*q.shape[:-1], q.shape[-1] + 1, dtype=q.dtype, device=device)
+        wide[..., 1:] = q
+        q = wide[..., 1:]
+    check_values_quantized_like_codes(q, k, v, device)
+
+
+def check_values_quantized_like_codes(q, k, v, device):
     _, _, k8, ks, v8, vs = quantize_all(q, k, v)
-    given = torch.rand(case[0], case[1], device=device) * 0.01 + 0.001  # also with a fixed scale
+    given = torch.rand(q.shape[:2], device=device) * 0.01 + 0.001  # also with a fixed scale
     variants = decode_variants(device) + ([] if device == "cpu" else sdpa_ext.variant_names(sdpa_ext.device_arch()))
     for scale in (None, given):
         q8, qs = sdpa_ext.quantize_fp8(q, scale)

@@ -24,6 +24,12 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Asks L2 for the 128-byte line holding `address`; a hint with no effect on what any load returns, so it may run
+// before wait_for_previous_grids (L2 is where the GPU's writes meet).
+__device__ __forceinline__ void prefetch_l2(const void* address) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(address));
+}
+
 // Programmatic dependent launch (sm_90; no-ops on older archs and in launches that did not allow it). A kernel
 // launched by launch_overlapping may start while the kernel before it on the stream is still running: it must
 // wait_for_previous_grids() before it reads or writes global memory that kernel touches. allow_next_grid_launch()

@@ -18,12 +18,16 @@ int round_keys(const AttentionParams& p, int row_warps) {
   return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
 }
 
+DecodePlan current_plan(const AttentionParams& p) {
+  return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+}
+
 template <int kRowGroups>
 struct DecodeVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = DecodeConfig<kHeadDim, kRowGroups>;
-    const DecodePlan plan = plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+    const DecodePlan plan = current_plan(p);
     const dim3 grid(plan.splits, p.batch * p.heads_kv * plan.row_tiles);
     cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
                                          Cfg::kSmemBytes, stream, p, plan);
@@ -77,7 +81,7 @@ DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
 }
 
 int64_t decode_workspace_bytes(const AttentionParams& p) {
-  const DecodePlan plan = plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+  const DecodePlan plan = current_plan(p);
   return plan.splits == 1 ? 0 : plan.splits * plan.rows * (p.head_dim + 1) * static_cast<int64_t>(sizeof(float));
 }
 
