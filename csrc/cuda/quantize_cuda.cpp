@@ -71,7 +71,11 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
 
 // q, k and v in one launch when each head fits a cluster's registers (sm_90) or a block's shared memory (the case
 // that matters for small shapes, where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200);
-// otherwise two passes each.
+// otherwise two passes each. Clusters (16 blocks a head) pay where the heads are few; where they fill the GPU, a
+// block a head does. Graph us per call on an H100 (2026-11-24), cluster against a block a head: 4.1 / 6.9 at
+// 1x8x512x64 (24 heads), 7.4 / 4.5 at 2x8x256x64 (48 heads), 157.3 / 30.9 at 32x12x197x64 and 264.7 / 80.1 at
+// 32x16x577x64 (ViT-B and ViT-L sizes, 1152 and 1536 heads); at 4x16x2048x64 a head outgrows a block's shared
+// memory, and clusters took 59.8 against 78.6 for two passes.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_quantize_qkv_inputs(q, k, v);
@@ -89,9 +93,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(q.device().index());
-  const int64_t smem_limit = props->sharedMemPerBlockOptin - 1024;
-  const bool by_cluster = quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
-  if (by_cluster || quantize_heads_smem_bytes(batch) <= smem_limit) {
+  const bool block_holds_head = quantize_heads_smem_bytes(batch) <= props->sharedMemPerBlockOptin - 1024;
+  const bool few_heads = static_cast<int64_t>(batch.first_block[batch.count]) * 4 <= props->multiProcessorCount;
+  const bool by_cluster =
+      (few_heads || !block_holds_head) && quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
+  if (by_cluster || block_holds_head) {
     const cudaError_t err =
         by_cluster ? launch_quantize_heads_cluster(batch, stream) : launch_quantize_heads(batch, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));

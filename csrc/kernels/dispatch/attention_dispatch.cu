@@ -104,9 +104,13 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // 1x8x2048x64 (88) 22.1 / 26.5, 1x16x2048x64 26.7 / 27.1, 1x8x4096x64 43.0 / 49.7, 2x16x2048x64 51.3 / 49.0,
 // 1x16x4096x64 84.4 / 80.1, 4x16x1024x64 34.4 / 32.9, 8x16x1024x64 68.0 / 66.1, 4x16x2048x64 102.1 / 94.2,
 // 1x16x8192x64 (688) 300.8 / 263.4.
+// Short heads also need their rows to fill the 192-row tiles about as well as 128-row ones: at 197 rows (two
+// tiles of either, 384 rows against 256) `wgmma` wins, 35.4 against 40.6 us at 32x12x197x64; at 577 rows (768
+// against 640) `wgmma_m192` does, 172.9 against 177.8 at 32x16x577x64 (H100, 2026-11-24).
 bool three_groups_pay(const AttentionParams& p, int sms) {
   const int64_t waves = attention_blocks(p, 192) / std::max(sms, 1);
-  return p.head_dim == 64 && waves >= 2;
+  const int64_t rows_192 = query_tiles(p, 192) * 192, rows_128 = query_tiles(p, 128) * 128;
+  return p.head_dim == 64 && waves >= 2 && 4 * rows_192 <= 5 * rows_128;
 }
 
 // `fp8_split` beats the Hopper kernels at every key length while its 32-row blocks fit in one wave: their 128-row
@@ -117,6 +121,14 @@ bool three_groups_pay(const AttentionParams& p, int sms) {
 // (256 blocks) S = 1024 13.4 / 13.6, 2048 22.4 / 23.4, 4096 39.8 / 43.4; 1x8x1024x8192x64 73.0 / 81.7;
 // 1x16x512x2048x128 29.6 / 41.6.
 bool split_fits_one_wave(const AttentionParams& p, int sms) { return attention_blocks(p, 32) <= sms; }
+
+// Below 1024 keys the Hopper kernels still win once their 128-row blocks fill the GPU, by 1.3-3x over what auto
+// took before (the mma.sync kernels). Graph us, auto then / `wgmma` / `wgmma_m192`, H100, 2026-11-24, one run of
+// interleaved rounds: 32x16x577x64 267.1 / 177.8 / 172.9, causal 32x12x577x64 134.0 / 103.8 / 106.5,
+// 32x12x197x64 42.2 / 35.4 / 40.6, 32x16x257x128 212.5 / 105.3 / 105.2, 8x16x512x64 45.9 / 33.0 / 32.6 (causal
+// 35.6 / 26.2 / 26.4), 4x16x768x128 97.1 / 42.1 / 42.0 (causal 71.4 / 31.7 / 31.7), 16x16x512x128 254.9 / 84.8 /
+// 84.5 (causal 171.3 / 72.1 / 71.6): the grids of vision transformers and of prefill batches of short prompts.
+bool hopper_blocks_fill_gpu(const AttentionParams& p) { return attention_blocks(p, 128) >= multiprocessor_count(); }
 
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
@@ -131,7 +143,7 @@ bool decode_pays(const AttentionParams& p) { return p.seqlens_k != nullptr || p.
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
   if (decode_pays(p)) return "decode";
-  if (sm == 90 && p.seqlen_k >= 1024) {
+  if (sm == 90 && (p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
     if (!split_fits_one_wave(p, sms)) {
       return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p, sms) ? "wgmma_m192" : "wgmma";
