@@ -155,6 +155,8 @@ def test_dequantize_round_trip_error_bound(device):
     ((2, 4, 33, 128), (2, 4, 40, 128)),     # odd row counts
     ((1, 3, 50, 20), (1, 3, 70, 20)),       # 16-bit rows not in 16-byte vectors: a block per head on any GPU
     ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for a cluster or shared memory: the two-pass kernels
+    ((8, 8, 256, 64), (8, 2, 200, 64)),     # many small heads: a block per head
+    ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: clusters of 4 (sm_90)
 ])
 def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     q_shape, kv_shape = shapes

@@ -71,11 +71,14 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
 
 // q, k and v in one launch when each head fits a cluster's registers (sm_90) or a block's shared memory (the case
 // that matters for small shapes, where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200);
-// otherwise two passes each. Clusters (16 blocks a head) pay where the heads are few; where they fill the GPU, a
-// block a head does. Graph us per call on an H100 (2026-11-24), cluster against a block a head: 4.1 / 6.9 at
-// 1x8x512x64 (24 heads), 7.4 / 4.5 at 2x8x256x64 (48 heads), 157.3 / 30.9 at 32x12x197x64 and 264.7 / 80.1 at
-// 32x16x577x64 (ViT-B and ViT-L sizes, 1152 and 1536 heads); at 4x16x2048x64 a head outgrows a block's shared
-// memory, and clusters took 59.8 against 78.6 for two passes.
+// otherwise two passes each. Which one-launch kernel, by graph us per call on an H100 (2026-11-24):
+// - heads fewer than a quarter of the SMs: clusters of 16 blocks a head (1x8x512x64, 24 heads: 4.1 against 6.9 for
+//   a block a head);
+// - more heads, while three blocks holding a head fit an SM: a block a head, against 16-block clusters and clusters
+//   of as few blocks as hold a head: 2x8x256x64 4.5 / 7.4 / 6.5, 8x16x512x64 19.0 / - / 24.3, 32x12x197x64
+//   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
+// - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
+//   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   check_quantize_qkv_inputs(q, k, v);
@@ -93,13 +96,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(q.device().index());
-  const bool block_holds_head = quantize_heads_smem_bytes(batch) <= props->sharedMemPerBlockOptin - 1024;
+  const int64_t head_bytes = quantize_heads_smem_bytes(batch);
   const bool few_heads = static_cast<int64_t>(batch.first_block[batch.count]) * 4 <= props->multiProcessorCount;
-  const bool by_cluster =
-      (few_heads || !block_holds_head) && quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
+  const bool block_per_head = !few_heads && 3 * head_bytes <= static_cast<int64_t>(props->sharedMemPerMultiprocessor);
+  const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
+  const bool by_cluster = !block_per_head && quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
   if (by_cluster || block_holds_head) {
-    const cudaError_t err =
-        by_cluster ? launch_quantize_heads_cluster(batch, stream) : launch_quantize_heads(batch, stream);
+    const cudaError_t err = by_cluster ? launch_quantize_heads_cluster(batch, /*fewest_blocks=*/!few_heads, stream)
+                                       : launch_quantize_heads(batch, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
   } else {
     for (int t = 0; t < 3; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);

@@ -284,12 +284,24 @@ int cluster_ctas(cudaLaunchConfig_t config) {
   return known[device].load(std::memory_order_relaxed);
 }
 
+// The fewest blocks whose registers hold the largest head of the batch.
+int fewest_ctas(const QuantizeHeadsParams& b, int most) {
+  int64_t ctas = 1;
+  for (int t = 0; t < b.count; ++t) {
+    const QuantizeParams& p = b.tensors[t];
+    const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
+    const int64_t vecs = static_cast<int64_t>(p.rows) * p.cols / vec;
+    ctas = std::max(ctas, (vecs + kClusterThreads * kHeldVectors - 1) / (kClusterThreads * kHeldVectors));
+  }
+  return static_cast<int>(std::min<int64_t>(ctas, most));
+}
+
 template <typename T>
-cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, cudaStream_t stream) {
+cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, bool fewest, cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.blockDim = dim3(kClusterThreads);
   config.stream = stream;
-  const int ctas = cluster_ctas<T>(config);
+  const int ctas = fewest ? fewest_ctas(b, cluster_ctas<T>(config)) : cluster_ctas<T>(config);
   config.gridDim = dim3(static_cast<unsigned>(b.first_block[b.count]) * ctas);
   cudaLaunchAttribute attrs[2];
   attrs[0].id = cudaLaunchAttributeClusterDimension;
@@ -317,9 +329,10 @@ bool quantize_heads_by_cluster(const QuantizeHeadsParams& b, int sm) {
   return true;
 }
 
-cudaError_t launch_quantize_heads_cluster(const QuantizeHeadsParams& b, cudaStream_t stream) {
-  return with_input_type(b.tensors[0].x_type,
-                         [&](auto value) { return launch_heads_cluster_typed<decltype(value)>(b, stream); });
+cudaError_t launch_quantize_heads_cluster(const QuantizeHeadsParams& b, bool fewest_blocks, cudaStream_t stream) {
+  return with_input_type(b.tensors[0].x_type, [&](auto value) {
+    return launch_heads_cluster_typed<decltype(value)>(b, fewest_blocks, stream);
+  });
 }
 
 int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
