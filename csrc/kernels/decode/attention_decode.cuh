@@ -56,6 +56,8 @@ struct DecodeConfig {
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
   static constexpr int kRoundKeys = kSplits * kBlockN;  // keys the block takes per round
+  // The first of a block's `tiles` that key group `group` takes (its share ends at the next group's first).
+  __device__ static int group_first_tile(int tiles, int group) { return group * tiles / kSplits; }
   using Partials = SplitPartials<kHeadDim>;
   static constexpr int kSmemBytes = kSplits * kGroupRingBytes;
   static_assert(kSmemBytes >= kThreads / 32 * Partials::kBytes, "the partial rows reuse the rings");
@@ -125,7 +127,7 @@ template <class Cfg>
 __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typename Cfg::Rows& v_rows,
                                      int tiles, int key_group, int group_thread) {
   constexpr int kRows = (Cfg::kStages - 1) * Cfg::kBlockN;
-  const int first = key_group * tiles / Cfg::kSplits, last = (key_group + 1) * tiles / Cfg::kSplits;
+  const int first = Cfg::group_first_tile(tiles, key_group), last = Cfg::group_first_tile(tiles, key_group + 1);
   const int rows = min(kRows, (last - first) * Cfg::kBlockN);
   for (int i = group_thread; i < 2 * rows; i += Cfg::kGroupThreads) {
     const int key = first * Cfg::kBlockN + i % rows;
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_attention_kernel(const A
   blk.causal_offset = p.seqlens_k != nullptr && p.causal_bottom_right ? blk.keys - p.seqlen_q : p.causal_offset;
   const int block_keys = max(0, min(blk.last_key_end(p), key0 + plan.keys_per_split) - key0);
   const int tiles = (block_keys + kN - 1) / kN;
-  const int first = key_group * tiles / Cfg::kSplits, last = (key_group + 1) * tiles / Cfg::kSplits;
+  const int first = Cfg::group_first_tile(tiles, key_group), last = Cfg::group_first_tile(tiles, key_group + 1);
   // Rows past the batch's keys are zero-filled: a cache's unused rows may hold any bytes, NaN codes included.
   k_rows.seqlen = v_rows.seqlen = blk.keys - key0;
   uint8_t* ring = smem + key_group * Cfg::kGroupRingBytes;
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_attention_kernel(const A
                             });
   const float* partials = stage_partials<Cfg>(smem, w.softmax, w.o, warp, lane);
   merge_partials<Cfg>(partials, blk.rows, [&](int row, int dim0, const float (&value)[8], float m, float sum) {
-    const int packed = blk.row0 + row, head_q = packed_head_q(p, blk.head_kv, packed), query = packed % p.seqlen_q;
+    const int head_q = blk.head_q(p, row), query = (blk.row0 + row) % p.seqlen_q;
     const bool seen = sum > 0.0f;  // the row max has P = 1, so a row that saw a key has sum >= 1
     const float out_scale = seen ? __fdividef(v_scale, sum) : 0.0f;
     const float lse_log2 = seen ? m + __log2f(sum) : -INFINITY;

@@ -37,11 +37,12 @@ struct DecodeBlock {
     const int first = row0 % p.seqlen_q;
     return key_end(p, first + rows - 1 < p.seqlen_q ? first + rows - 1 : p.seqlen_q - 1);
   }
+  // The query head of packed row `row` of the block, and where that head's q_scale is.
+  __device__ int head_q(const AttentionParams& p, int row) const { return packed_head_q(p, head_kv, row0 + row); }
+  __device__ int q_scale_index(const AttentionParams& p, int row) const { return batch * p.heads_q + head_q(p, row); }
   // The first value of packed row `row` of the block, in elements of its type.
   __device__ int64_t q_offset(const AttentionParams& p, int row) const {
-    const int packed = row0 + row;
-    return q_batch_offset(p) + packed_head_q(p, head_kv, packed) * p.q_head_stride +
-           packed % p.seqlen_q * p.q_row_stride;
+    return q_batch_offset(p) + head_q(p, row) * p.q_head_stride + (row0 + row) % p.seqlen_q * p.q_row_stride;
   }
   __device__ int64_t q_batch_offset(const AttentionParams& p) const { return batch * p.q_batch_stride; }
 };
@@ -57,7 +58,7 @@ struct HeldQuery {
   static_assert(!kEnabled || (kChunks * Cfg::kThreads == Cfg::kBlockM * kRowChunks && 32 % kRowChunks == 0),
                 "a row's chunks lie in one warp");
   uint4 raw[kChunks];
-  bool held;
+  bool loaded;  // whether this block took the register path (applies)
 
   // Whether this block takes the register path: 16-bit values, 16-byte aligned rows, and rows that start and end
   // heads (then a head's amax needs no rows of another block).
@@ -69,8 +70,8 @@ struct HeldQuery {
   }
 
   __device__ void load(const AttentionParams& p, const DecodeBlock& blk) {
-    held = applies(p, blk);
-    if (!held) return;
+    loaded = applies(p, blk);
+    if (!loaded) return;
     const uint16_t* q = static_cast<const uint16_t*>(static_cast<const void*>(p.q));
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
@@ -105,7 +106,7 @@ struct HeldQuery {
       if (row < blk.rows) {
         const int head_row0 = row - row % p.seqlen_q;  // the block's rows start a head (applies)
         if (p.q_scale != nullptr) {
-          scale = p.q_scale[blk.batch * p.heads_q + packed_head_q(p, blk.head_kv, blk.row0 + row)];
+          scale = p.q_scale[blk.q_scale_index(p, row)];
         } else {
           float amax = 0.0f;
           for (int r = head_row0; r < head_row0 + p.seqlen_q; ++r) amax = fmaxf(amax, row_amax[r]);
@@ -169,7 +170,7 @@ __device__ void stage_query_codes(const AttentionParams& p, const DecodeBlock& b
     uint4 codes = make_uint4(0u, 0u, 0u, 0u);
     if (row < blk.rows) {
       codes = *reinterpret_cast<const uint4*>(p.q + blk.q_offset(p, row) + col);
-      if (col == 0) row_scale[row] = p.q_scale[blk.batch * p.heads_q + packed_head_q(p, blk.head_kv, blk.row0 + row)];
+      if (col == 0) row_scale[row] = p.q_scale[blk.q_scale_index(p, row)];
     }
     *reinterpret_cast<uint4*>(stage + row * Cfg::kHeadDim + col) = codes;
   }
@@ -180,7 +181,7 @@ __device__ void stage_query_codes(const AttentionParams& p, const DecodeBlock& b
 template <class Cfg>
 __device__ void stage_query(const AttentionParams& p, const DecodeBlock& blk, const HeldQuery<Cfg>& held,
                             float key_scale, uint8_t* stage, float* row_scale) {
-  if (held.held) {
+  if (held.loaded) {
     if (p.q_type == QueryType::kFloat16) {
       held.template encode<__half>(p, blk, stage, row_scale);
     } else {

@@ -284,14 +284,18 @@ int cluster_ctas(cudaLaunchConfig_t config) {
   return known[device].load(std::memory_order_relaxed);
 }
 
+// The 16-byte vectors of one head of p (4 fp32 or 8 fp16/bf16 values each), and those a cluster block holds.
+int64_t head_vectors(const QuantizeParams& p) {
+  const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
+  return (static_cast<int64_t>(p.rows) * p.cols + vec - 1) / vec;
+}
+constexpr int64_t kBlockVectors = int64_t{kClusterThreads} * kHeldVectors;
+
 // The fewest blocks whose registers hold the largest head of the batch.
 int fewest_ctas(const QuantizeHeadsParams& b, int most) {
   int64_t ctas = 1;
   for (int t = 0; t < b.count; ++t) {
-    const QuantizeParams& p = b.tensors[t];
-    const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
-    const int64_t vecs = static_cast<int64_t>(p.rows) * p.cols / vec;
-    ctas = std::max(ctas, (vecs + kClusterThreads * kHeldVectors - 1) / (kClusterThreads * kHeldVectors));
+    ctas = std::max(ctas, (head_vectors(b.tensors[t]) + kBlockVectors - 1) / kBlockVectors);
   }
   return static_cast<int>(std::min<int64_t>(ctas, most));
 }
@@ -320,11 +324,7 @@ bool quantize_heads_by_cluster(const QuantizeHeadsParams& b, int sm) {
   // The grid is up to kMaxClusterCtas blocks per head, and grid.x is at most 2^31 - 1.
   if (sm < 90 || !b.vectorized || b.first_block[b.count] > INT_MAX / kMaxClusterCtas) return false;
   for (int t = 0; t < b.count; ++t) {
-    const QuantizeParams& p = b.tensors[t];
-    const int64_t vec = p.x_type == InputType::kFloat32 ? 4 : 8;
-    if (static_cast<int64_t>(p.rows) * p.cols > int64_t{kMinClusterCtas} * kClusterThreads * kHeldVectors * vec) {
-      return false;
-    }
+    if (head_vectors(b.tensors[t]) > kMinClusterCtas * kBlockVectors) return false;
   }
   return true;
 }
