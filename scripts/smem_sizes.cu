@@ -1,6 +1,7 @@
 // Prints the dynamic shared memory each variant launches with, per head dim: "<variant> <head_dim> <bytes>".
 // Host code only (no kernel is instantiated or launched), so it runs on a machine without a GPU;
 // scripts/ptxas_report.py compiles and runs it beside the ptxas pass, which sees only static shared memory.
+#include <algorithm>
 #include <cstdio>
 
 #include "../csrc/kernels/decode/attention_decode.cuh"
@@ -40,8 +41,10 @@ void print_sizes() {
       {"wgmma_m192", WgmmaConfig<kHeadDim, false, false, kHeadDim == 64 ? 3 : 2>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
       {"wgmma_fp8+fp8_pv", WgmmaConfig<kHeadDim, true, false, 2, true>::kSmemBytes},
-      // Every packed-row width has the same rings (DecodeConfig::kStages keeps 12 slots).
+      // The largest of the packed-row widths: 16 rows, 12 slots of codes (DecodeConfig::kSlots).
       {"decode", DecodeConfig<kHeadDim, 1>::kSmemBytes},
+      {"decode_wgmma", std::max(DecodeConfig<kHeadDim, 1>::kSmemBytes,
+                                DecodeConfig<kHeadDim, 4, DecodeByWgmma>::kSmemBytes)},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);
 }

@@ -12,17 +12,22 @@ from test_attention import FULL, abs_errors, check_end_to_end_error, quantize_al
 
 
 def decode_variants(device):
-    return ["auto"] if device == "cpu" else ["auto", "fast", "decode"]
+    if device == "cpu":
+        return ["auto"]
+    return ["auto", "fast", "decode"] + (["decode_wgmma"] if sdpa_ext.device_arch() == "sm_90" else [])
 
 
 # (B, Hq, Hkv, Sq, Sk, D). Packed rows per kv head (Hq / Hkv * Sq) of 4 to 160: one 16-row warp, two and four warps
-# (64-row tiles), several row tiles with a head across two of them (MQA, Sq = 5); one key; B = 1 at 20000 keys,
-# whose keys split across many blocks and a combine; B x Hkv = 96 heads, which need fewer splits.
+# (64-row tiles, by wgmma in decode_wgmma: full at 16 queries of 4 heads, 48 of 64 rows at 12), several row tiles
+# with a head across two of them (MQA, Sq = 5); one key; B = 1 at 20000 keys, whose keys split across many blocks
+# and a combine; B x Hkv = 96 heads, which need fewer splits.
 CASES = [
     (2, 8, 2, 1, 1000, 64),
     (3, 32, 8, 1, 4097, 128),
     (1, 32, 8, 4, 3000, 128),
     (2, 16, 2, 16, 600, 128),
+    (2, 32, 8, 16, 2000, 64),
+    (1, 16, 4, 12, 1500, 128),
     (1, 32, 1, 5, 513, 64),
     (2, 4, 4, 7, 40, 64),
     (1, 8, 8, 1, 1, 128),
@@ -178,9 +183,9 @@ def test_seqlens_beyond_the_keys_are_clamped(device):
         assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), variant
 
 
-def test_unused_cache_rows_are_never_read(device):
+@pytest.mark.parametrize("case", [(2, 8, 2, 1, 300, 128), (2, 32, 8, 16, 300, 64)], ids=case_id)
+def test_unused_cache_rows_are_never_read(device, case):
     # Keys past seqlens_k may hold any bytes (an uninitialized cache): NaN codes there must not reach the output.
-    case = (2, 8, 2, 1, 300, 128)
     q, k, v = make_inputs(case, 4, device)
     q8, qs, k8, ks, v8, vs = quantize_all(q, k, v)
     seqlens = torch.tensor([100, 257], dtype=torch.int32, device=device)

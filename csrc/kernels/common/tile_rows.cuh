@@ -54,6 +54,15 @@ struct HalfTileLayout {
   }
 };
 
+// An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
+// swizzle of wgmma's canonical layouts); offsets in halves.
+template <int kRows>
+struct HalfPanelLayout {
+  __device__ static int offset(int row, int dim) {
+    return dim / 64 * kRows * 64 + HalfTileLayout<64, true>::offset(row, dim % 64);
+  }
+};
+
 // Converts 8 consecutive codes (two words) into 8 halves. The shifts stay: with e4m3x2_high_to_half2 instead,
 // `wgmma` took 1044 against 989 us at 1x16x8192x128 (H200, same run; why was not analysed).
 __device__ __forceinline__ uint4 decode_8(uint32_t lo, uint32_t hi) {

@@ -18,16 +18,16 @@ int round_keys(const AttentionParams& p, int row_warps) {
   return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
 }
 
-DecodePlan current_plan(const AttentionParams& p) {
-  return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p)));
+DecodePlan current_plan(const AttentionParams& p, bool wgmma) {
+  return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p), wgmma));
 }
 
-template <int kRowGroups>
+template <int kRowGroups, class Mma = DecodeByWarps>
 struct DecodeVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = DecodeConfig<kHeadDim, kRowGroups>;
-    const DecodePlan plan = current_plan(p);
+    using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma>;
+    const DecodePlan plan = current_plan(p, Cfg::kWgmma);
     const dim3 grid(plan.splits, p.batch * p.heads_kv * plan.row_tiles);
     cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
                                          Cfg::kSmemBytes, stream, p, plan);
@@ -39,9 +39,9 @@ struct DecodeVariant {
 
 }  // namespace
 
-template <int kRowGroups>
+template <int kRowGroups, class Mma = DecodeByWarps>
 int blocks_per_sm() {
-  using Cfg = DecodeConfig<128, kRowGroups>;
+  using Cfg = DecodeConfig<128, kRowGroups, Mma>;
   const auto kernel = decode_attention_kernel<Cfg, __half>;
   int blocks = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
@@ -51,14 +51,19 @@ int blocks_per_sm() {
   return blocks;
 }
 
-int decode_blocks_per_sm(int row_warps) {
+int decode_blocks_per_sm(int row_warps, bool wgmma) {
   // Queried once per device and block shape: the instantiations of a shape share threads and shared memory.
-  static int cached[64][3] = {};
+  static int cached[64][4] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  const int shape = row_warps == 1 ? 0 : row_warps == 2 ? 1 : 2;
+  const int shape = row_warps == 1 ? 0 : row_warps == 2 ? 1 : wgmma ? 3 : 2;
   int& blocks = cached[device][shape];
-  if (blocks == 0) blocks = shape == 0 ? blocks_per_sm<1>() : shape == 1 ? blocks_per_sm<2>() : blocks_per_sm<4>();
+  if (blocks == 0) {
+    blocks = shape == 0   ? blocks_per_sm<1>()
+             : shape == 1 ? blocks_per_sm<2>()
+             : shape == 2 ? blocks_per_sm<4>()
+                          : blocks_per_sm<4, DecodeByWgmma>();
+  }
   return blocks;
 }
 
@@ -80,20 +85,40 @@ DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
   return plan;
 }
 
-int64_t decode_workspace_bytes(const AttentionParams& p) {
-  const DecodePlan plan = current_plan(p);
+namespace {
+
+int64_t workspace_bytes(const AttentionParams& p, bool wgmma) {
+  const DecodePlan plan = current_plan(p, wgmma);
   return plan.splits == 1 ? 0 : plan.splits * plan.rows * (p.head_dim + 1) * static_cast<int64_t>(sizeof(float));
 }
 
-cudaError_t launch_decode(const AttentionParams& p, cudaStream_t stream) {
+// Blocks of 16 or 32 rows multiply by warps in both variants; 64-row blocks by warps or by wgmma.
+template <class WideMma>
+cudaError_t launch_by_width(const AttentionParams& p, cudaStream_t stream) {
   switch (decode_row_warps(p)) {
     case 1:
       return launch_variant<DecodeVariant<1>>(p, stream);
     case 2:
       return launch_variant<DecodeVariant<2>>(p, stream);
     default:
-      return launch_variant<DecodeVariant<4>>(p, stream);
+      return launch_variant<DecodeVariant<4, WideMma>>(p, stream);
   }
+}
+
+}  // namespace
+
+int64_t decode_workspace_bytes(const AttentionParams& p) { return workspace_bytes(p, false); }
+int64_t decode_wgmma_workspace_bytes(const AttentionParams& p) { return workspace_bytes(p, true); }
+
+cudaError_t launch_decode(const AttentionParams& p, cudaStream_t stream) {
+  return launch_by_width<DecodeByWarps>(p, stream);
+}
+// The warpgroup addresses its chunks with 32-bit offsets within a head (OwnedChunks); rows further apart than
+// 2^24 bytes take the warps' kernel, which computes the same values.
+cudaError_t launch_decode_wgmma(const AttentionParams& p, cudaStream_t stream) {
+  constexpr int64_t kMaxStride = int64_t{1} << 24;
+  if (p.k_row_stride >= kMaxStride || p.v_row_stride >= kMaxStride) return launch_decode(p, stream);
+  return launch_by_width<DecodeByWgmma>(p, stream);
 }
 
 }  // namespace sdpa

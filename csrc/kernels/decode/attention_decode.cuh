@@ -13,7 +13,8 @@
 //   softmax in registers, P in fp16; O += P V (code_tiles.cuh)
 // then the key groups merge in shared memory (split_merge.cuh). With one key split the block writes out and lse;
 // with more it writes partial rows (O / sum * v_scale, lse in log2 units) and decode_combine_kernel merges them
-// (decode_merge.cuh). q is staged by decode_query.cuh.
+// (decode_merge.cuh). q is staged by decode_query.cuh. In `decode_wgmma` (sm_90) the 64-row blocks run as one
+// warpgroup on wgmma instead (decode_warpgroup.cuh); narrower blocks stay as here.
 //
 // A call's fixed cost is its blocks' start: at 8x32x8x1x4096x128 (one wave of 256 blocks, H100) a block took 5-8 us
 // from the end of the kernel ahead to its first tile, then 11-20 us of tiles (globaltimer trace, 2026-11-24). So on
@@ -26,6 +27,7 @@
 #pragma once
 
 #include <cfloat>
+#include <type_traits>
 
 #include "../common/attention_common.cuh"
 #include "../common/fragment_softmax.cuh"
@@ -35,12 +37,25 @@
 #include "decode_merge.cuh"
 #include "decode_plan.h"
 #include "decode_query.cuh"
+#include "decode_rows.cuh"
+#include "decode_warpgroup.cuh"
 
 namespace sdpa {
 
-template <int kHeadDim_, int kRowGroups_>
+// How a decode block multiplies: each warp by mma.sync on codes it converts itself (every arch), or, for 64-row
+// blocks on sm_90, the four warps as one warpgroup by wgmma on fp16 tiles (decode_warpgroup.cuh).
+struct DecodeByWarps {
+  static constexpr bool kWgmma = false;
+};
+struct DecodeByWgmma {
+  static constexpr bool kWgmma = true;
+};
+
+template <int kHeadDim_, int kRowGroups_, class Mma = DecodeByWarps>
 struct DecodeConfig {
   static constexpr int kHeadDim = kHeadDim_, kRowGroups = kRowGroups_;
+  static constexpr bool kWgmma = Mma::kWgmma;
+  static_assert(!kWgmma || kRowGroups == 4, "a warpgroup multiplies 64 rows");
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
@@ -51,50 +66,42 @@ struct DecodeConfig {
   // and 6 with 2; with 64 rows, one key group of 8 stages (64 KB, 3 blocks per SM). 12 slots against 8 for every
   // shape, graph us (H100, 2026-11-24, two runs; the combine kernel changed between them): 32x32x8x4096x128, one
   // split, 97.8 / 108.6; 8x32x8x32768x128 at 16 queries (64 rows) 344.4 / 300.9. The memory-bound rows want bytes
-  // in flight, the 64-row blocks more warps to hide the latency of their mma chains.
-  static constexpr int kSlots = kRowGroups == 4 ? 8 : 12;
+  // in flight, the 64-row blocks more warps to hide the latency of their mma chains. The warpgroup keeps all of
+  // its 3 slots in flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
+  static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : 12;
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
   static constexpr int kRoundKeys = kSplits * kBlockN;  // keys the block takes per round
   // The first of a block's `tiles` that key group `group` takes (its share ends at the next group's first).
   __device__ static int group_first_tile(int tiles, int group) { return group * tiles / kSplits; }
   using Partials = SplitPartials<kHeadDim>;
-  static constexpr int kSmemBytes = kSplits * kGroupRingBytes;
-  static_assert(kSmemBytes >= kThreads / 32 * Partials::kBytes, "the partial rows reuse the rings");
+  // The warpgroup's fp16 tiles first, on a 1024-byte boundary (wgmma's swizzle follows the address bits), then
+  // the rings.
+  static constexpr int kHalvesBytes = kWgmma ? 5 * kTileBytes * 2 : 0;
+  static constexpr int kAlignment = kWgmma ? 1024 : 16;
+  static constexpr int kUsedBytes = kHalvesBytes + kSplits * kGroupRingBytes;
+  static constexpr int kSmemBytes = kUsedBytes + kAlignment - 16;  // the dynamic base is 16-byte aligned
+  static_assert(kUsedBytes >= kThreads / 32 * Partials::kBytes, "the partial rows reuse the rings");
   // The Q codes are staged in key group 0's last ring slot, which the prologue leaves empty.
   static_assert(kBlockM * kHeadDim <= 2 * kTileBytes, "the staged Q fits one ring slot");
   using Rows = TileRows<kBlockN, kHeadDim>;
   using Layout = SwizzledCodeLayout<kHeadDim>;
 };
 
-// A warp's 16 packed rows: Q as fp16 fragments of its codes, O, the running max and sum, and per row the score
-// scale and the keys it sees.
+// A warp's 16 packed rows: Q as fp16 fragments of its codes, O, the running max and sum (DecodeRows).
 template <class Cfg>
-struct DecodeWarp : FragmentRows<Cfg::kHeadDim / 8> {
+struct DecodeWarp : DecodeRows<Cfg::kHeadDim> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
-  using FragmentRows<kD / 8>::o;
-  using FragmentRows<kD / 8>::row;
-  using FragmentRows<kD / 8>::softmax;
+  using DecodeRows<kD>::o;
   E4m3HalfFragment q[kD / 32];
-  float scale[2];    // rows g and g + 8: score scale in log2 units
-  int key_end[2];    // and one past the last key each sees
-  int min_key_end;   // the smallest over the warp: tiles below it need no mask
 
   __device__ void start(const AttentionParams& p, const DecodeBlock& blk, const uint8_t* stage,
                         const float* row_scale, int row_group, int lane) {
-    row[0] = row_group * 16 + lane / 4;
-    row[1] = row[0] + 8;
+    this->set_rows(p, blk, row_scale, row_group, lane);
     uint32_t codes[kD / 32][4];
     this->load_code_q(codes, stage, kD, Cfg::kBlockM, /*flip_sign=*/false, lane);
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) q[ks].set(codes[ks]);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool real = row[r] < blk.rows;
-      scale[r] = real ? row_scale[row[r]] : 0.0f;
-      key_end[r] = real ? blk.key_end(p, (blk.row0 + row[r]) % p.seqlen_q) : 0;
-    }
-    min_key_end = __reduce_min_sync(0xFFFFFFFFu, min(key_end[0], key_end[1]));
   }
 
   __device__ void consume(const uint8_t* k_tile, const uint8_t* v_tile, int key0, int lane) {
@@ -103,22 +110,26 @@ struct DecodeWarp : FragmentRows<Cfg::kHeadDim / 8> {
     code_tile_scores<Layout, kD, kN>(s, k_tile, lane, [&](float (&s_tile)[4], int ks, uint32_t b0, uint32_t b1) {
       mma_16x8x32_e4m3_as_half(s_tile, q[ks].lo, q[ks].hi, b0, b1);
     });
-    const bool masked = key0 + kN > min_key_end;
-#pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int key = key0 + nt * 8 + 2 * (lane % 4) + i % 2;
-        s[nt][i] = masked && key >= key_end[i / 2] ? -INFINITY : s[nt][i] * scale[i / 2];
-      }
-    }
+    this->scale_and_mask(s, key0, lane);
     uint32_t probs[kN / 16][4];
     float correction[2];
-    online_softmax_scores</*kGuessMax=*/false>(s, softmax, 1.0f, probs, correction);
+    online_softmax_scores</*kGuessMax=*/false>(s, this->softmax, 1.0f, probs, correction);
     rescale_rows(o, correction);
     code_tile_pv<Layout, kD, kN>(o, probs, v_tile, lane);
   }
 };
+
+// The rows of the block at blockIdx.y; the caller sets their keys and causal offset.
+template <class Cfg>
+__device__ __forceinline__ DecodeBlock locate_block(const AttentionParams& p, const DecodePlan& plan) {
+  DecodeBlock blk;
+  const int head = blockIdx.y / plan.row_tiles;  // batch * heads_kv + kv head
+  blk.batch = head / p.heads_kv;
+  blk.head_kv = head % p.heads_kv;
+  blk.row0 = blockIdx.y % plan.row_tiles * Cfg::kBlockM;
+  blk.rows = min(Cfg::kBlockM, decode_packed_rows(p) - blk.row0);
+  return blk;
+}
 
 // Before the kernel ahead on the stream is done (programmatic launch), asks L2 for the first tiles each key group
 // will load, taking the keys as the cache's capacity (the batch's lengths may come from that kernel): a hint, which
@@ -137,21 +148,20 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
   }
 }
 
+// The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The warps' blocks
+// keep the default bound: spelled out as 1, it took their registers from 168 to 182-200 (nvcc 13.0, sm_90a).
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads) decode_attention_kernel(const AttentionParams p,
-                                                                         const DecodePlan plan) {
-  extern __shared__ __align__(128) uint8_t smem[];
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : 0)
+    decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
+  extern __shared__ __align__(16) uint8_t smem_base[];
+  uint8_t* smem = smem_base;
+  if constexpr (Cfg::kWgmma) smem += (Cfg::kAlignment - smem_address(smem_base) % Cfg::kAlignment) % Cfg::kAlignment;
   __shared__ float row_scale[Cfg::kBlockM];
   constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_group = warp / Cfg::kRowGroups, row_group = warp % Cfg::kRowGroups;
   const int group_thread = threadIdx.x % Cfg::kGroupThreads, group_barrier = 1 + key_group;
-  DecodeBlock blk;
-  const int head = blockIdx.y / plan.row_tiles;  // batch * heads_kv + kv head
-  blk.batch = head / p.heads_kv;
-  blk.head_kv = head % p.heads_kv;
-  blk.row0 = blockIdx.y % plan.row_tiles * Cfg::kBlockM;
-  blk.rows = min(Cfg::kBlockM, decode_packed_rows(p) - blk.row0);
+  DecodeBlock blk = locate_block<Cfg>(p, plan);
   // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes a contiguous share.
   const int key0 = blockIdx.x * plan.keys_per_split;
   const int64_t head_k = blk.batch * p.k_batch_stride + blk.head_kv * p.k_head_stride + key0 * p.k_row_stride;
@@ -170,7 +180,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_attention_kernel(const A
   HeldQuery<Cfg> held;
   held.load(p, blk);
   const float key_scale = p.k_scale[blk.batch * p.heads_kv + blk.head_kv] * p.softmax_scale * kLog2e;
-  const float v_scale = p.v_scale[blk.batch * p.heads_kv + blk.head_kv];
+  __shared__ float v_scale;  // for the epilogue, which would otherwise hold it in a register through the loop
+  if (threadIdx.x == 0) v_scale = p.v_scale[blk.batch * p.heads_kv + blk.head_kv];
   blk.keys = p.seqlens_k == nullptr ? p.seqlen_k : min(max(p.seqlens_k[blk.batch], 0), p.seqlen_k);
   blk.causal_offset = p.seqlens_k != nullptr && p.causal_bottom_right ? blk.keys - p.seqlen_q : p.causal_offset;
   const int block_keys = max(0, min(blk.last_key_end(p), key0 + plan.keys_per_split) - key0);
@@ -178,27 +189,42 @@ __global__ void __launch_bounds__(Cfg::kThreads) decode_attention_kernel(const A
   const int first = Cfg::group_first_tile(tiles, key_group), last = Cfg::group_first_tile(tiles, key_group + 1);
   // Rows past the batch's keys are zero-filled: a cache's unused rows may hold any bytes, NaN codes included.
   k_rows.seqlen = v_rows.seqlen = blk.keys - key0;
-  uint8_t* ring = smem + key_group * Cfg::kGroupRingBytes;
+  uint8_t* rings = smem + Cfg::kHalvesBytes;
+  uint8_t* ring = rings + key_group * Cfg::kGroupRingBytes;
+  struct NoChunks {
+    __device__ NoChunks(const typename Cfg::Rows&, const typename Cfg::Rows&) {}
+  };
+  const std::conditional_t<Cfg::kWgmma, OwnedChunks<Cfg>, NoChunks> own(k_rows, v_rows);
   auto issue = [&](int tile) {
-    issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages,
-                                            group_thread);
+    if constexpr (Cfg::kWgmma) {
+      issue_owned_tile(own, ring, tile, tiles);
+    } else {
+      issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages,
+                                              group_thread);
+    }
   };
 #pragma unroll
   for (int t = 0; t < Cfg::kStages - 1; ++t) issue(first + t);
 
   // The Q codes are staged in key group 0's last ring slot, which the prologue leaves empty.
-  uint8_t* stage = smem + (Cfg::kStages - 1) * 2 * Cfg::kTileBytes;
+  uint8_t* stage = rings + (Cfg::kStages - 1) * 2 * Cfg::kTileBytes;
   stage_query<Cfg>(p, blk, held, key_scale, stage, row_scale);
   __syncthreads();
-  DecodeWarp<Cfg> w;
-  w.start(p, blk, stage, row_scale, row_group, lane);
-  __syncthreads();  // the stage is free for key group 0's first refill
-
-  run_key_group_rounds<Cfg>(tiles, first, last, ring, group_barrier, Cfg::kGroupThreads, issue,
-                            [&](const uint8_t* slot, int tile) {
-                              w.consume(slot, slot + Cfg::kTileBytes, key0 + tile * kN, lane);
-                            });
+  std::conditional_t<Cfg::kWgmma, DecodeWarpgroup<Cfg>, DecodeWarp<Cfg>> w;
+  if constexpr (Cfg::kWgmma) {
+    w.start(p, blk, stage, row_scale, lane);
+    __syncthreads();  // the stage is free for the first refill
+    w.run(tiles, ring, reinterpret_cast<__half*>(smem), own, issue, key0, lane);
+  } else {
+    w.start(p, blk, stage, row_scale, row_group, lane);
+    __syncthreads();  // the stage is free for key group 0's first refill
+    run_key_group_rounds<Cfg>(tiles, first, last, ring, group_barrier, Cfg::kGroupThreads, issue,
+                              [&](const uint8_t* slot, int tile) {
+                                w.consume(slot, slot + Cfg::kTileBytes, key0 + tile * kN, lane);
+                              });
+  }
   const float* partials = stage_partials<Cfg>(smem, w.softmax, w.o, warp, lane);
+  blk = locate_block<Cfg>(p, plan);  // derived again: kept through the loop, it took registers from it
   merge_partials<Cfg>(partials, blk.rows, [&](int row, int dim0, const float (&value)[8], float m, float sum) {
     const int head_q = blk.head_q(p, row), query = (blk.row0 + row) % p.seqlen_q;
     const bool seen = sum > 0.0f;  // the row max has P = 1, so a row that saw a key has sum >= 1

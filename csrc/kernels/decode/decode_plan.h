@@ -30,13 +30,14 @@ SDPA_HOST_DEVICE int decode_row_warps(const AttentionParams& p) {
   return rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
 }
 
-// Blocks of the decode kernel with `row_warps` warps along the rows resident per SM on the current device, 0 when
-// the runtime cannot say.
-int decode_blocks_per_sm(int row_warps);
+// Blocks of the decode kernel with `row_warps` warps along the rows (64-row blocks by wgmma when `wgmma`) resident
+// per SM on the current device, 0 when the runtime cannot say.
+int decode_blocks_per_sm(int row_warps, bool wgmma);
 
 DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm);
 
 // The workspace of a plan with splits > 1: partial O [splits][rows][D] and lse [splits][rows], float32.
 int64_t decode_workspace_bytes(const AttentionParams& p);
+int64_t decode_wgmma_workspace_bytes(const AttentionParams& p);
 
 }  // namespace sdpa

@@ -48,6 +48,7 @@ constexpr VariantEntry kVariants[] = {
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
     {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true},
     {"decode", &launch_decode, true, 80, 0, false, &decode_workspace_bytes, true},
+    {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, &decode_wgmma_workspace_bytes, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -141,8 +142,17 @@ bool predecode_pays(const AttentionParams& p) {
 // once per query head; decode packs the query heads of a kv head into one tile.
 bool decode_pays(const AttentionParams& p) { return p.seqlens_k != nullptr || p.seqlen_q <= 16; }
 
+// On sm_90 the 64-row decode blocks (more than 32 packed rows per kv head) take `decode_wgmma`, which converts each
+// code once per block instead of once per warp. Graph us, decode / decode_wgmma, H100, 2026-11-24, one run:
+// 8x32x8x16x32768x128 330.9 / 238.3 (one query: 200.6), 8x32x4x8x32768x128 176.9 / 130.5, 8x32x8x16x4096x128
+// 70.2 / 54.8, 16x32x8x16x8192x64 116.1 / 89.5, 1x32x8x16x131072x128 170.6 / 125.6, 32x32x8x16x4096x128 230.7 /
+// 167.6.
+const char* decode_variant_name(const AttentionParams& p, int sm) {
+  return sm == 90 && decode_row_warps(p) == 4 ? "decode_wgmma" : "decode";
+}
+
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (decode_pays(p)) return "decode";
+  if (decode_pays(p)) return decode_variant_name(p, sm);
   if (sm == 90 && (p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
     if (!split_fits_one_wave(p, sms)) {

@@ -173,15 +173,6 @@ struct WgmmaMaps {
   GridOrder order;
 };
 
-// An fp16 tile of kRows rows as 64-dim panels, each a swizzled HalfTileLayout of 128-byte rows (the 128-byte
-// swizzle of wgmma's canonical layouts); offsets in halves.
-template <int kRows>
-struct HalfPanelLayout {
-  __device__ static int offset(int row, int dim) {
-    return dim / 64 * kRows * 64 + HalfTileLayout<64, true>::offset(row, dim % 64);
-  }
-};
-
 template <class Cfg>
 struct WgmmaSmem {
   uint8_t* base;  // 1024-byte aligned

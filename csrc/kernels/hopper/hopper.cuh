@@ -163,6 +163,8 @@ __device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols],
 #define SDPA_ACC_TILES_8_15(d)                                                                                     \
   SDPA_ACC_TILE(d, 8), SDPA_ACC_TILE(d, 9), SDPA_ACC_TILE(d, 10), SDPA_ACC_TILE(d, 11), SDPA_ACC_TILE(d, 12),     \
       SDPA_ACC_TILE(d, 13), SDPA_ACC_TILE(d, 14), SDPA_ACC_TILE(d, 15)
+#define SDPA_ACC_TILES_0_3(d) SDPA_ACC_TILE(d, 0), SDPA_ACC_TILE(d, 1), SDPA_ACC_TILE(d, 2), SDPA_ACC_TILE(d, 3)
+#define SDPA_ACC_16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define SDPA_ACC_32                                                                                                 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31}"
@@ -199,6 +201,18 @@ __device__ __forceinline__ void wgmma_e4m3_rs(float (&d)[16][4], const uint32_t 
 
 // D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 16 fp16 from registers (the mma.sync m16n8k16 A fragment
 // of each warp's 16 rows), B 16 x N fp16 from shared memory, K-major or, with kTransposeB, N-major.
+template <bool kTransposeB>
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[4][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " SDPA_ACC_16 ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+      : SDPA_ACC_TILES_0_3(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransposeB ? 1 : 0));
+#else
+  __trap();
+#endif
+}
 template <bool kTransposeB>
 __device__ __forceinline__ void wgmma_f16_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
 #if SDPA_HAS_SM90A
@@ -238,8 +252,10 @@ __device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint
 }
 
 #undef SDPA_ACC_TILE
+#undef SDPA_ACC_TILES_0_3
 #undef SDPA_ACC_TILES_0_7
 #undef SDPA_ACC_TILES_8_15
+#undef SDPA_ACC_16
 #undef SDPA_ACC_32
 #undef SDPA_ACC_64
 
