@@ -78,9 +78,9 @@ struct DecodeConfig {
   // The warpgroup's fp16 tiles first, on a 1024-byte boundary (wgmma's swizzle follows the address bits), then
   // the rings.
   static constexpr int kHalvesBytes = kWgmma ? 5 * kTileBytes * 2 : 0;
-  static constexpr int kAlignment = kWgmma ? 1024 : 16;
+  static constexpr int kAlignment = kWgmma ? 1024 : 128;
   static constexpr int kUsedBytes = kHalvesBytes + kSplits * kGroupRingBytes;
-  static constexpr int kSmemBytes = kUsedBytes + kAlignment - 16;  // the dynamic base is 16-byte aligned
+  static constexpr int kSmemBytes = kUsedBytes + kAlignment - 128;  // the dynamic base is 128-byte aligned
   static_assert(kUsedBytes >= kThreads / 32 * Partials::kBytes, "the partial rows reuse the rings");
   // The Q codes are staged in key group 0's last ring slot, which the prologue leaves empty.
   static_assert(kBlockM * kHeadDim <= 2 * kTileBytes, "the staged Q fits one ring slot");
@@ -153,7 +153,9 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : 0)
     decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
-  extern __shared__ __align__(16) uint8_t smem_base[];
+  // 128-byte aligned: the code rings' XOR swizzle assumes 128-byte rows on 128-byte boundaries (aligned to 16 only,
+  // ldmatrix met bank conflicts and the Sq = 1 rows ran 6-14% slower, H100).
+  extern __shared__ __align__(128) uint8_t smem_base[];
   uint8_t* smem = smem_base;
   if constexpr (Cfg::kWgmma) smem += (Cfg::kAlignment - smem_address(smem_base) % Cfg::kAlignment) % Cfg::kAlignment;
   __shared__ float row_scale[Cfg::kBlockM];
@@ -180,8 +182,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : 0)
   HeldQuery<Cfg> held;
   held.load(p, blk);
   const float key_scale = p.k_scale[blk.batch * p.heads_kv + blk.head_kv] * p.softmax_scale * kLog2e;
-  __shared__ float v_scale;  // for the epilogue, which would otherwise hold it in a register through the loop
-  if (threadIdx.x == 0) v_scale = p.v_scale[blk.batch * p.heads_kv + blk.head_kv];
+  const float v_scale_loaded = p.v_scale[blk.batch * p.heads_kv + blk.head_kv];
   blk.keys = p.seqlens_k == nullptr ? p.seqlen_k : min(max(p.seqlens_k[blk.batch], 0), p.seqlen_k);
   blk.causal_offset = p.seqlens_k != nullptr && p.causal_bottom_right ? blk.keys - p.seqlen_q : p.causal_offset;
   const int block_keys = max(0, min(blk.last_key_end(p), key0 + plan.keys_per_split) - key0);
@@ -209,6 +210,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : 0)
   // The Q codes are staged in key group 0's last ring slot, which the prologue leaves empty.
   uint8_t* stage = rings + (Cfg::kStages - 1) * 2 * Cfg::kTileBytes;
   stage_query<Cfg>(p, blk, held, key_scale, stage, row_scale);
+  // The epilogue's v_scale through shared memory: held in a register through the loop, it made the warpgroup's
+  // kernel spill. Stored here, after stage_query has waited for memory anyway, not right after its load.
+  __shared__ float v_scale;
+  if (threadIdx.x == 0) v_scale = v_scale_loaded;
   __syncthreads();
   std::conditional_t<Cfg::kWgmma, DecodeWarpgroup<Cfg>, DecodeWarp<Cfg>> w;
   if constexpr (Cfg::kWgmma) {
