@@ -5,8 +5,9 @@
 // Why: with mma.sync each of the four warps converts every code of every tile for its own 16 rows. At 16 queries
 // (8x32x8x16x32768x128, H100, ncu) that kernel took 396 us against 187 for one query on the same bytes: its ALU
 // pipe (the conversions) was 56% busy and its warps mostly stalled on fixed-latency dependencies, with 12 warps
-// per SM. Here a code is converted once per block, and wgmma reads each fp16 tile once for all 64 rows: 238.3
-// against 330.9 us there, 1.19x the one-query time (graph replay, H100, 2026-11-24).
+// per SM. Here a code is converted once per block, and wgmma reads each fp16 tile once for all 64 rows: 238.8
+// against 329.2 us there in one run, 1.28x the one-query time (graph replay, H100, 2026-11-24; 1.24x with the
+// guessed max below).
 //
 // Loop pass t issues S(t) = Q K^T and the P V of tile t - 1 together, converts tile t + 1 while they run, waits
 // for both, runs the softmax of tile t and rescales O; one barrier per pass hands the converted tiles over. Nothing
