@@ -90,8 +90,8 @@ _VARIANTS = (
             "rows or with seqlens_k", aligned_rows=True),
     Variant("decode_wgmma", 8, "full", (), "decode whose 64-row blocks (more than 32 packed rows per kv head, e.g. "
             "16 queries of 4 query heads per kv head) run as one warpgroup: each K/V code tile converted once per "
-            "block into fp16 tiles, QK^T and PV by fp16 wgmma (fp32 sums) with the last tile's PV running during "
-            "the softmax; blocks of up to 32 rows as decode; variant='auto' takes it on sm_90",
+            "block into fp16 tiles, QK^T and PV by fp16 wgmma (fp32 sums) while the next tile converts; blocks of "
+            "up to 32 rows as decode; variant='auto' takes it on sm_90",
             archs=HOPPER_ARCHS, aligned_rows=True),
 )
 

@@ -14,7 +14,8 @@ from test_attention import FULL, abs_errors, check_end_to_end_error, quantize_al
 def decode_variants(device):
     if device == "cpu":
         return ["auto"]
-    return ["auto", "fast", "decode"] + (["decode_wgmma"] if sdpa_ext.device_arch() == "sm_90" else [])
+    decode = [name for name in sdpa_ext.variant_names(sdpa_ext.device_arch()) if name.startswith("decode")]
+    return ["auto", "fast", *decode]
 
 
 # (B, Hq, Hkv, Sq, Sk, D). Packed rows per kv head (Hq / Hkv * Sq) of 4 to 160: one 16-row warp, two and four warps
