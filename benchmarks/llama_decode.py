@@ -16,8 +16,12 @@ defaults to 8 (a 17 GB cache): per-layer work is the same, and so are the ratios
 context length with the same random K/V through the cache's own update(), instead of running a 512k-token prefill
 through the model, then time the model's forward for one new token per sequence (CUDA events, after warm-up, median).
 Eager transformers spends about a millisecond of Python per layer and step, which hides the attention at small
-batches; the "GPU busy ms/step" rows take the union of the step's kernel intervals (profiler), what it costs
-without that overhead.
+batches. The "CUDA graph ms/step" rows capture one step and replay it, as a serving loop does (CUDA events around
+each replay, median): the forward without that overhead. Each replay appends one token to the cache it was captured
+with, so it decodes at the context length (plus the replays so far). Torch SDPA on the prefix cache may pick any
+backend there (cuDNN included: a fixed key length builds its plan once, at capture). StaticCache is captured as
+transformers ships it (its mask materialized over max_cache_len). The "GPU busy ms/step" rows take the union of
+the eager step's kernel intervals (profiler).
 The cosine line runs a smaller generate under compare_with_sdpa(): every attention call against torch SDPA in fp32
 on the unquantized inputs.
 """
@@ -33,8 +37,9 @@ from pathlib import Path
 import torch
 import transformers
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import AutoModelForCausalLM, LlamaConfig, StaticCache
+from transformers import AttentionInterface, AttentionMaskInterface, AutoModelForCausalLM, LlamaConfig, StaticCache
 from transformers.cache_utils import Cache, StaticLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from sdpa_ext.bench import environment, number_at_least
 from sdpa_ext.integrations import transformers as sdpa_hf
@@ -178,6 +183,24 @@ def time_ms(run, prepare, warmup, repeats, device):
     return statistics.median(samples)
 
 
+def graph_ms(step, warmup, repeats):
+    """Median milliseconds of one replay of a CUDA graph of step(None), after `warmup` replays; None (and the error
+    printed) where the step cannot be captured."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # the warm-up step torch asks for before capture
+            step(None)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step(None)
+    except RuntimeError as error:
+        print(f"not captured: {error}", flush=True)
+        return None
+    return time_ms(lambda _: graph.replay(), lambda: None, warmup, repeats, "cuda")
+
+
 def busy_us(intervals):
     """Length of the union of (start, end) intervals: GPU time during which some kernel ran. Summing kernel
     durations instead counts twice what overlaps, and a kernel launched early under programmatic dependent launch
@@ -191,10 +214,8 @@ def busy_us(intervals):
 
 
 def kernel_ms(step, repeats):
-    """GPU busy time of one step (profiler, mean over `repeats`): what a step costs once a CUDA graph or
-    torch.compile removes the Python and launch overhead that the eager step time above includes. Not a CUDA-graph
-    replay: under capture transformers materializes every mask (is_tracing), which sends both the prefix baseline and
-    sdpa_ext down their masked fallback paths."""
+    """GPU busy time of one eager step (profiler, mean over `repeats`): its kernels without the gaps that Python and
+    launches leave between them."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         for _ in range(repeats):
             step(None)
@@ -204,14 +225,22 @@ def kernel_ms(step, repeats):
     return busy_us(kernels) / 1e3 / repeats
 
 
+# Torch SDPA with sdpa_ext's mask function: a decode step gets no mask also while a CUDA graph is captured, where
+# transformers' own sdpa mask materializes one (is_tracing) and keeps torch SDPA off its flash and cuDNN kernels.
+PREFIX_ATTENTION = "sdpa_prefix_cache"
+AttentionInterface.register(PREFIX_ATTENTION, sdpa_attention_forward)
+AttentionMaskInterface.register(PREFIX_ATTENTION, sdpa_hf.causal_mask)
+
+
 @contextmanager
-def running(model, implementation):
-    """Sets the model's attention for `implementation`. The prefix baseline also leaves cuDNN out of torch SDPA's
-    choice: cuDNN builds a new plan for every key length, and a decode step grows the keys by one, which cost 38 ms a
-    step on an H100 where flash's split-KV kernel took 2.8 ms (torch 2.11, B=16, 4k context, 2 layers)."""
-    model.set_attn_implementation(sdpa_hf.register() if implementation == "sdpa_ext" else "sdpa")
+def running(model, implementation, eager=True):
+    """Sets the model's attention for `implementation`. Eager, the prefix baseline also leaves cuDNN out of torch
+    SDPA's choice: cuDNN builds a new plan for every key length, and a decode step grows the keys by one, which cost
+    38 ms a step on an H100 where flash's split-KV kernel took 2.8 ms (torch 2.11, B=16, 4k context, 2 layers)."""
+    names = {"static": "sdpa", "prefix": PREFIX_ATTENTION, "sdpa_ext": sdpa_hf.register()}
+    model.set_attn_implementation(names[implementation])
     backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    with sdpa_kernel(backends) if implementation == "prefix" else nullcontext():
+    with sdpa_kernel(backends) if implementation == "prefix" and eager else nullcontext():
         yield
 
 
@@ -237,16 +266,19 @@ def prefill_row(model, implementation, args, device):
 
 @torch.no_grad()
 def decode_row(model, implementation, batch, context, args, device):
-    # Rows for the timed steps, then (CUDA) for the profiled ones.
-    cache = make_cache(implementation, model, batch, context + args.warmup + 2 * args.steps, device)
+    # Rows for the timed steps, then (CUDA) for the profiled ones and the graph's replays.
+    cache = make_cache(implementation, model, batch, context + 2 * args.warmup + 3 * args.steps + 1, device)
     fill(cache, model, batch, context, device)
     token = tokens(model, batch, 1, device)
     step = lambda _: model(token, past_key_values=cache, use_cache=True, logits_to_keep=1)  # noqa: E731
     with running(model, implementation):
         ms = time_ms(step, lambda: None, args.warmup, args.steps, device)
         gpu_ms = kernel_ms(step, args.steps) if device == "cuda" else None
+    with running(model, implementation, eager=False):
+        replay_ms = graph_ms(step, args.warmup, args.steps) if device == "cuda" else None
     row = {"implementation": implementation, "batch": batch, "context": context, "step_ms": ms,
-           "kernel_step_ms": gpu_ms, "tokens_per_s": batch * 1e3 / ms, "kv_cache_bytes": cache_bytes(cache)}
+           "kernel_step_ms": gpu_ms, "graph_step_ms": replay_ms, "tokens_per_s": batch * 1e3 / ms,
+           "kv_cache_bytes": cache_bytes(cache)}
     del cache
     free(device)
     return row
@@ -260,15 +292,15 @@ def compare_row(model, args, device):
         model.generate(prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache,
                        max_new_tokens=args.compare_tokens, do_sample=False)
     return {"prompt": args.compare_prompt, "new_tokens": args.compare_tokens,
-            "worst_prefill": stats.worst("drop_in"), "worst_decode": stats.worst("fp8_cache"),
+            "worst_prefill": stats.worst("fp8_cache_prefill"), "worst_decode": stats.worst("fp8_cache"),
             "fallbacks": sdpa_hf.fallback_counts()}
 
 
 def table_row(label, values, digits):
     """values by implementation; sdpa_ext's ratio to each SDPA column closes the row."""
     ours = values["sdpa_ext"]
-    cells = [f"{values[i]:.{digits}f}" for i in IMPLEMENTATIONS]
-    ratios = [f"{ours / values[i]:.2f}x" for i in IMPLEMENTATIONS[:-1]]
+    cells = [f"{values[i]:.{digits}f}" if values[i] is not None else "-" for i in IMPLEMENTATIONS]
+    ratios = [f"{ours / values[i]:.2f}x" if values[i] is not None else "-" for i in IMPLEMENTATIONS[:-1]]
     return f"| {label} | {' | '.join(cells + ratios)} |"
 
 
@@ -294,6 +326,9 @@ def markdown(result):
             where = f"B={batch} context={context}"
             lines += [table_row(f"decode {where}, ms/step", {i: r["step_ms"] for i, r in rows.items()}, 2),
                       table_row(f"decode {where}, tokens/s", {i: r["tokens_per_s"] for i, r in rows.items()}, 0)]
+            if rows["sdpa_ext"]["graph_step_ms"] is not None:
+                lines.append(table_row(f"decode {where}, CUDA graph ms/step",
+                                       {i: r["graph_step_ms"] for i, r in rows.items()}, 2))
             if rows["sdpa_ext"]["kernel_step_ms"] is not None:
                 lines.append(table_row(f"decode {where}, GPU busy ms/step",
                                        {i: r["kernel_step_ms"] for i, r in rows.items()}, 2))
@@ -301,7 +336,7 @@ def markdown(result):
             lines.append(table_row(f"KV cache {where}, MiB", memory, 1))
     cmp = result["comparison"]
     lines += ["", f"Worst per-call attention cosine against torch SDPA in fp32 on the unquantized inputs (generate, "
-                  f"B=1, {cmp['prompt']}-token prompt, {cmp['new_tokens']} new tokens): prefill (drop-in) "
+                  f"B=1, {cmp['prompt']}-token prompt, {cmp['new_tokens']} new tokens): prefill (FP8 cache) "
                   f"{cmp['worst_prefill']:.5f}, decode (FP8 cache) {cmp['worst_decode']:.5f}; fallbacks: "
                   f"{cmp['fallbacks'] or 'none'}.",
               f"sdpa_ext calls that fell back to torch SDPA in the timed runs: {result['timed_fallbacks'] or 'none'}."]

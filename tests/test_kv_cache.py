@@ -143,6 +143,28 @@ def test_cache_with_ragged_prefill_and_graph_replay(device):
         assert sqnr_db(out[b:b + 1], reference) >= 20.0, b
 
 
+@pytest.mark.parametrize("smooth_keys", [True, False])
+@pytest.mark.parametrize("ragged", [True, False])
+def test_prefill_fixes_scales_from_the_real_rows(device, smooth_keys, ragged):
+    # The definitions, in float64 over each sequence's real rows: shift = the mean key; scale = amax |k - shift|
+    # (amax |v|) * margin / 448, 1 for a sequence with no rows. Keys carry channel offsets, so the shift matters.
+    q, k, v = make_cache_inputs(device, b=3, hq=4, hkv=2, prefill=40, appended=0, d=64, offset_sd=5.0)
+    lengths = torch.tensor([40, 0, 17] if ragged else [40] * 3, dtype=torch.int32, device=device)
+    cache = sdpa_ext.FP8KVCache(3, 2, 64, 64, device=device, smooth_keys=smooth_keys, scale_margin=2.0)
+    keys = k.transpose(1, 2).contiguous().transpose(1, 2)  # strided [B, S, H, D] storage, as models hand keys over
+    cache.prefill(keys, v, lengths=lengths if ragged else None)
+    for b, rows in enumerate(lengths.tolist()):
+        kb, vb = k[b, :, :rows].double().cpu(), v[b, :, :rows].double().cpu()
+        shift = kb.mean(dim=1) if smooth_keys and rows else torch.zeros(2, 64, dtype=torch.float64)
+        for name, x, got in (("k", kb - shift[:, None], cache.k_scale[b]), ("v", vb, cache.v_scale[b])):
+            amax = x.abs().amax(dim=(1, 2)) if rows else torch.zeros(2, dtype=torch.float64)
+            expected = torch.where(amax > 0, amax * 2.0 / 448, torch.ones_like(amax))
+            torch.testing.assert_close(got.double().cpu(), expected, rtol=1e-6, atol=0, msg=f"{name} {b}")
+        if smooth_keys:
+            torch.testing.assert_close(cache.k_shift[b].double().cpu(), shift, rtol=0, atol=1e-5)
+    assert cache.lengths.tolist() == lengths.tolist()
+
+
 def test_cache_refuses_misuse(device):
     cache = sdpa_ext.FP8KVCache(1, 2, 8, 64, device=device)
     x = torch.zeros(1, 2, 4, 64, dtype=torch.float16, device=device)

@@ -144,8 +144,8 @@ def test_generate_with_fp8_cache_follows_sdpa(model, device):
     out, cache = fp8_generate(model, input_ids)
     assert out.sequences.shape == (BATCH, PROMPT + NEW_TOKENS)
     assert torch.equal(out.sequences[:, :PROMPT], input_ids)
-    # The prompt runs the drop-in on its own K/V, every later token fp8_forward on the cache's codes.
-    assert sdpa_hf.call_counts() == {"drop_in": LAYERS, "fp8_cache": LAYERS * (NEW_TOKENS - 1)}
+    # The prompt and every later token run fp8_forward on the cache's codes.
+    assert sdpa_hf.call_counts() == {"fp8_cache_prefill": LAYERS, "fp8_cache": LAYERS * (NEW_TOKENS - 1)}
     assert sdpa_hf.fallback_counts() == {}
     assert cache.get_seq_length() == PROMPT + NEW_TOKENS - 1
     reference = sdpa_steps(model, out.sequences, PROMPT)
@@ -206,6 +206,45 @@ def test_causal_mask_leaves_out_only_what_the_kernels_apply():
         got = sdpa_hf.causal_mask(2, 4, 10, **args)
         assert (got is None and expected is None) or torch.equal(got, expected), kwargs
     assert sdpa_hf.causal_mask(2, 5, 5) is None  # plain causal: transformers' own skip
+    # One query after the cache sees every key: no mask, with or without an all-true padding mask.
+    assert sdpa_hf.causal_mask(2, 1, 10, q_offset=9) is None
+    assert sdpa_hf.causal_mask(2, 1, 10, q_offset=9, attention_mask=torch.ones(2, 10, dtype=torch.bool)) is None
+    assert torch.equal(sdpa_hf.causal_mask(2, 1, 10, q_offset=9, attention_mask=padded),
+                       sdpa_mask(2, 1, 10, q_offset=9, attention_mask=padded))
+
+
+def test_decode_step_replays_from_a_cuda_graph(model, device):
+    # A serving loop captures one decode step and replays it with new tokens and positions in its static inputs.
+    # Captured, the cache's views span its capacity and the kernel reads each sequence's length from the device,
+    # so every replay appends a row and attends to one key more than the replay before.
+    if device != "cuda":
+        pytest.skip("CUDA graphs need a GPU")
+    sequences = torch.cat([prompt(device), prompt(device, seed=1)[:, :NEW_TOKENS]], dim=1)
+    eager = stepwise_logits(model, sdpa_hf.FP8Cache(model.config, BATCH, sequences.size(1), device=device),
+                            sequences, PROMPT)
+    cache = sdpa_hf.FP8Cache(model.config, BATCH, sequences.size(1), device=device)
+    token, position = sequences[:, PROMPT:PROMPT + 1].clone(), torch.full((BATCH, 1), PROMPT, device=device)
+    step = lambda: model(token, position_ids=position, past_key_values=cache, use_cache=True).logits[:, -1]  # noqa
+    replayed = []
+    with torch.no_grad():
+        replayed.append(model(sequences[:, :PROMPT], past_key_values=cache, use_cache=True).logits[:, -1])
+        replayed.append(step())  # the first decode step, eager: it also warms up what the capture records
+        sdpa_hf.reset_counters()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            logits = step()
+        assert sdpa_hf.call_counts() == {"fp8_cache": LAYERS}  # captured on the codes, no fallback
+        for t in range(PROMPT + 1, sequences.size(1) - 1):
+            token.copy_(sequences[:, t:t + 1])
+            position.fill_(t)
+            graph.replay()
+            replayed.append(logits.clone())
+    assert sdpa_hf.call_counts() == {"fp8_cache": LAYERS}  # replays run no Python
+    assert cache.layers[0].kv.lengths.tolist() == [sequences.size(1) - 1] * BATCH
+    for step_index, (ours, theirs) in enumerate(zip(replayed, eager)):
+        # Eager steps plan over the keys written, captured ones over the capacity: the same sums, split apart
+        # differently, so the logits agree to fp32 rounding, far inside the FP8 noise.
+        assert cosine(ours, theirs) > 0.9999, f"step {step_index}"
 
 
 def test_fp8_cache_reset_starts_over(model, device):
@@ -281,7 +320,7 @@ def test_compare_with_sdpa_reports_every_call(model, device):
         with pytest.raises(RuntimeError, match="nest"):
             with sdpa_hf.compare_with_sdpa():
                 pass
-    assert len(stats.cosines["drop_in"]) == LAYERS
+    assert len(stats.cosines["fp8_cache_prefill"]) == LAYERS
     assert len(stats.cosines["fp8_cache"]) == LAYERS * (NEW_TOKENS - 1)
     assert PER_CALL_COSINE < stats.worst() <= stats.worst("fp8_cache") < 1.0
     fp8_generate(model, prompt(device))  # outside the block: nothing recorded

@@ -8,9 +8,10 @@
     tokens = model.generate(input_ids, past_key_values=cache, max_new_tokens=64)
 
 Calls whose mask transformers leaves out (plain causal, no padding: transformers' own sdpa mask decides), and
-causal chunks of queries after cached keys with no padding (chunked prefill, speculative decoding: `causal_mask`
-hands torch's causal_lower_right instead of a tensor), run sdpa_ext: the fp16/bf16 drop-in on ordinary key/value
-tensors, fp8_forward straight on the codes of an FP8Cache. Anything the kernels cannot express (a materialized mask
+causal queries after cached keys with no padding (decode steps, chunked prefill, speculative decoding: `causal_mask`
+hands None or torch's causal_lower_right instead of a tensor, also while a CUDA graph is captured), run sdpa_ext:
+the fp16/bf16 drop-in on ordinary key/value tensors, fp8_forward straight on the codes of an FP8Cache (its prefill
+included). Decode steps with an FP8Cache can be captured in a CUDA graph and replayed as the cache grows. Anything the kernels cannot express (a materialized mask
 such as padding, dropout, other head dims, fp32, autograd) runs transformers' torch SDPA path instead: counted
 (`fallback_counts()`), warned once per reason, never wrong.
 `compare_with_sdpa()` measures every call against torch SDPA in fp32 on the unquantized inputs.
@@ -29,6 +30,7 @@ from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import causal_mask_function, prepare_padding_mask, sdpa_mask
+from transformers.utils.import_utils import is_cuda_stream_capturing
 
 from sdpa_ext import ops
 from sdpa_ext.attention import SUPPORTED_DTYPES, scaled_dot_product_attention
@@ -37,6 +39,13 @@ from sdpa_ext.quant import dequantize_fp8
 from sdpa_ext.variants import HEAD_DIMS
 
 DEFAULT_NAME = "sdpa_ext"
+
+PATHS = {
+    "drop_in": "the fp16/bf16 drop-in on ordinary key/value tensors",
+    "fp8_cache_prefill": "fp8_forward on the codes of an FP8Cache's first write (q quantized per call)",
+    "fp8_cache": "fp8_forward on the codes of an FP8Cache after its first write",
+    "fallback": "transformers' torch SDPA path",
+}
 
 FALLBACK_REASONS = {
     "attention_mask": "a materialized attention mask (padding, sliding windows, packed sequences)",
@@ -47,8 +56,10 @@ FALLBACK_REASONS = {
     "requires_grad": "inputs that require grad (sdpa_ext has no backward)",
 }
 
-# The key view an FP8CacheLayer returns carries the layer under this attribute (see FP8CacheLayer.update).
+# The key view an FP8CacheLayer returns carries the layer under this attribute, and on its prefill the rows as they
+# came in under the second (see FP8CacheLayer.update).
 LAYER_ATTRIBUTE = "_sdpa_ext_fp8_layer"
+PREFILL_ROWS_ATTRIBUTE = "_sdpa_ext_prefill_rows"
 
 # Attention arguments that neither the kernels nor torch SDPA apply (transformers' sdpa path drops them silently).
 UNSUPPORTED_KWARGS = {"softcap": "attention logit soft-capping (Gemma 2)", "s_aux": "attention sinks (gpt-oss)"}
@@ -58,7 +69,7 @@ class FallbackWarning(UserWarning):
     """A call ran torch SDPA instead of sdpa_ext (warned once per reason until reset_counters())."""
 
 
-_calls: Counter = Counter()      # attention calls by path: "drop_in", "fp8_cache", "fallback"
+_calls: Counter = Counter()      # attention calls by path (PATHS)
 _fallbacks: Counter = Counter()  # fallback calls by reason (FALLBACK_REASONS)
 _warned = set()                  # reasons warned about since the last reset_counters()
 
@@ -66,7 +77,7 @@ _warned = set()                  # reasons warned about since the last reset_cou
 @dataclass
 class ComparisonStats:
     """Cosine similarity of each attention call's output with torch SDPA in fp32 on the unquantized inputs, by the
-    path the call took ('drop_in', 'fp8_cache', 'fallback'; see call_counts)."""
+    path the call took (a key of PATHS; see call_counts)."""
 
     cosines: Dict[str, List[float]] = field(default_factory=dict)
 
@@ -100,7 +111,7 @@ def compare_with_sdpa():
 
 
 def call_counts() -> Dict[str, int]:
-    """Attention calls since the last reset_counters(), by path: 'drop_in', 'fp8_cache', 'fallback'."""
+    """Attention calls since the last reset_counters(), by path (a key of PATHS)."""
     return dict(_calls)
 
 
@@ -138,15 +149,19 @@ def register(name: str = DEFAULT_NAME) -> str:
 def causal_mask(batch_size: int, q_length: int, kv_length: int, q_offset: int = 0, kv_offset: int = 0,
                 mask_function=causal_mask_function, attention_mask: Optional[torch.Tensor] = None,
                 local_size: Optional[int] = None, allow_is_causal_skip: bool = True, **kwargs):
-    """transformers' sdpa mask, except for a causal chunk of q_length queries that follows cached keys (the last
-    q_length of kv_length positions) with no padding: torch's causal_lower_right(q_length, kv_length), which the
-    kernels apply without a mask tensor (sdpa_mask would materialize it)."""
-    chunk = (allow_is_causal_skip and mask_function is causal_mask_function and local_size is None
-             and kv_offset == 0 and 1 < q_length < kv_length and q_offset + q_length == kv_length)
-    if chunk:
+    """transformers' sdpa mask, except for causal queries that follow cached keys (the last q_length of kv_length
+    positions) with no padding: None for one query (it sees every key), else torch's causal_lower_right(q_length,
+    kv_length), which the kernels apply without a mask tensor. sdpa_mask would materialize both while a CUDA graph
+    is being captured (transformers' is_tracing), and every captured decode step would fall back."""
+    after_cache = (allow_is_causal_skip and mask_function is causal_mask_function and local_size is None
+                   and kv_offset == 0 and q_length < kv_length and q_offset + q_length == kv_length)
+    if after_cache:
         padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-        if padding is None or bool(padding[:, :kv_length].all()):  # one sync per forward, as sdpa_mask's own check
-            return causal_lower_right(q_length, kv_length)
+        # Checking a padding mask syncs (once per forward, as sdpa_mask's own check), which a capture cannot do.
+        no_padding = padding is None or (not is_cuda_stream_capturing()
+                                         and bool(padding[:, :kv_length].all()))
+        if no_padding:
+            return None if q_length == 1 else causal_lower_right(q_length, kv_length)
     return sdpa_mask(batch_size, q_length, kv_length, q_offset, kv_offset, mask_function, attention_mask, local_size,
                      allow_is_causal_skip=allow_is_causal_skip, **kwargs)
 
@@ -161,16 +176,21 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             raise NotImplementedError(f"{argument}: {what} is not supported by sdpa_ext (nor applied by torch SDPA); "
                                       "use attn_implementation='eager' for this model")
     layer = _fp8_layer_of(key)
-    chunk_mask = attention_mask if _is_chunk_mask(attention_mask, query, key) else None
+    prefill_rows = getattr(key, PREFILL_ROWS_ATTRIBUTE, None)
+    # An FP8Cache's decode views span its whole capacity while a CUDA graph is captured (FP8CacheLayer.update).
+    kv_len = key.size(2) if layer is None else layer.kv.rows_written
+    chunk_mask = attention_mask if _is_chunk_mask(attention_mask, query.size(2), kv_len) else None
     reason = _fallback_reason(query, key, value, None if chunk_mask is not None else attention_mask, dropout, kwargs)
     if reason is None:
-        path = "drop_in" if layer is None else "fp8_cache"
+        path = "drop_in" if layer is None else "fp8_cache_prefill" if prefill_rows is not None else "fp8_cache"
         out = _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_mask)
     else:
         path = "fallback"
         _warn_fallback(reason)
-        if layer is not None:
-            key, value = layer.dequantize(key, value, query.dtype)
+        if prefill_rows is not None:  # the prompt's own rows: exactly what transformers' sdpa would get
+            key, value = prefill_rows
+        elif layer is not None:
+            key, value = layer.dequantize(key[:, :, :kv_len], value[:, :, :kv_len], query.dtype)
         out, _ = sdpa_attention_forward(module, query, key, value, _mask_tensor(attention_mask, query), dropout,
                                         scaling, is_causal, **kwargs)
     _calls[path] += 1
@@ -180,10 +200,10 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return out, None
 
 
-def _is_chunk_mask(attention_mask, query, key):
+def _is_chunk_mask(attention_mask, q_len, kv_len):
     """Whether the mask is causal_mask's causal_lower_right for exactly these query and key counts."""
     return (isinstance(attention_mask, CausalBias) and attention_mask.variant == CausalVariant.LOWER_RIGHT
-            and (attention_mask.seq_len_q, attention_mask.seq_len_kv) == (query.size(2), key.size(2)))
+            and (attention_mask.seq_len_q, attention_mask.seq_len_kv) == (q_len, kv_len))
 
 
 def _mask_tensor(attention_mask, query):
@@ -244,8 +264,11 @@ def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_
         out = scaled_dot_product_attention(query, key, value, attn_mask=chunk_mask, is_causal=causal and not chunk,
                                            scale=scaling, enable_gqa=True)
     else:
+        # Views that span the capacity (captured decode steps) end at each sequence's length on the device.
+        lengths = layer.kv.lengths if key.size(2) != layer.kv.rows_written else None
         out, _ = ops.fp8_forward(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, is_causal=causal,
-                                 scale=scaling, out_dtype=query.dtype, causal_alignment="bottom_right")
+                                 scale=scaling, out_dtype=query.dtype, seqlens_k=lengths,
+                                 causal_alignment="bottom_right")
     return out.transpose(1, 2).contiguous()
 
 
@@ -277,25 +300,28 @@ class FP8CacheLayer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Stores the new rows (the first call fixes the scales: FP8KVCache.prefill) and returns what attention runs
-        on: the prefill's own key_states/value_states, then views of the codes [B, Hkv, length, D]."""
+        on: views of the codes [B, Hkv, length, D]."""
         prefill = not self.kv.scales_fixed
         self.kv.update(key_states, value_states)
         self._keep_unquantized(key_states, value_states, prefill)
-        if prefill:
-            # The prefill attends to exactly the rows it brings, so it runs the drop-in on them rather than on the
-            # codes. Cost is a wash: the drop-in quantizes K and V once more, one pass over 2*B*Hkv*S*D values, which is
-            # microseconds beside the prompt's O(S^2) attention (prefill B=4 S=2048 on an H100: 63.8 ms against 63.5
-            # ms for torch SDPA). What it buys: a padded prompt falls back to torch SDPA on the exact K/V, not on
-            # dequantized codes (its logits equal transformers' sdpa), and the drop-in's scales fit the prompt with no
-            # margin.
-            return key_states, value_states
-        length = self.kv.rows_written
-        keys, values = self.kv.k_codes[:, :, :length], self.kv.v_codes[:, :, :length]
+        # Attention runs on the codes, the prefill's too: the cache has just encoded its rows, so the prompt's
+        # attention quantizes only q. The drop-in on the prompt's own rows quantized K and V a second time: a third
+        # of its 1.0 ms of quantize_fp8_qkv in a prefill of Llama-8B-sized layers (8, B=4, S=2048, H100), which then
+        # took 4.9 ms of GPU time more than torch SDPA; with this and the cache's one-read statistics (FP8KVCache.
+        # prefill), 61.8-62.0 ms against 61.7-62.1 for SDPA with transformers' StaticCache.
+        # A CUDA graph replays a captured step as the lengths grow on the device, so there the views span the
+        # capacity and the kernel reads each sequence's length (attention_forward); eager views end at the rows
+        # written, so that the kernel's plan spreads only those keys over the GPU.
+        rows = self.kv.capacity if is_cuda_stream_capturing() and not prefill else self.kv.rows_written
+        keys, values = self.kv.k_codes[:, :, :rows], self.kv.v_codes[:, :, :rows]
         # transformers hands the attention function only (query, key, value, mask), so the key view carries its
         # layer (hence the scales) as a Python attribute. The view is new on every call, so the mark is never stale;
         # a model that transforms keys between cache and attention drops it, and the attention function then refuses
-        # the unmarked codes instead of guessing their scales.
+        # the unmarked codes instead of guessing their scales. A prefill's view also carries the rows as they came:
+        # a padded prompt falls back to transformers' sdpa on exactly those, so its logits equal transformers' own.
         setattr(keys, LAYER_ATTRIBUTE, self)
+        if prefill:
+            setattr(keys, PREFILL_ROWS_ATTRIBUTE, (key_states, value_states))
         return keys, values
 
     def _keep_unquantized(self, key_states, value_states, prefill):
