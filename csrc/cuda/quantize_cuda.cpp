@@ -1,4 +1,5 @@
-// CUDA host side of sdpa::quantize_fp8 (two kernels: amax, encode) and sdpa::quantize_fp8_qkv (one launch).
+// CUDA host side of sdpa::quantize_fp8 and sdpa::quantize_fp8_qkv: one launch where heads fit on chip, else two
+// kernels (amax, encode) per tensor.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -60,18 +61,10 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
   TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
 }
 
-std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const std::optional<at::Tensor>& scale) {
-  check_quantize_inputs(x, scale);
-  const c10::cuda::CUDAGuard guard(x.device());
-  auto [codes, scales] = allocate_quantized(x);
-  const at::Tensor given = scale.has_value() ? scale->contiguous() : at::Tensor();
-  quantize_two_pass(make_quantize_params(x, codes, scales, given), x, at::cuda::getCurrentCUDAStream());
-  return {codes, scales};
-}
-
-// q, k and v in one launch when each head fits a cluster's registers (sm_90) or a block's shared memory (the case
-// that matters for small shapes, where launches dominate: 6 launches took 21.7 us at 1x8x512x64 on an H200);
-// otherwise two passes each. Which one-launch kernel, by graph us per call on an H100 (2026-11-24):
+// `count` tensors of one dtype, quantized per head into codes and scales (allocated here). One launch when each head
+// fits a cluster's registers (sm_90) or a block's shared memory (the case that matters for small shapes, where
+// launches dominate: 6 launches took 21.7 us for q, k and v at 1x8x512x64 on an H200); otherwise two passes each.
+// Which one-launch kernel, by graph us per call for q, k and v on an H100 (2026-11-24):
 // - heads fewer than a quarter of the SMs: clusters of 16 blocks a head (1x8x512x64, 24 heads: 4.1 against 6.9 for
 //   a block a head);
 // - more heads, while three blocks holding a head fit an SM: a block a head, against 16-block clusters and clusters
@@ -79,23 +72,19 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
 //   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
 // - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
 //   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it).
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  check_quantize_qkv_inputs(q, k, v);
-  const at::Tensor inputs[3] = {q, k, v};
-  const c10::cuda::CUDAGuard guard(q.device());
+void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales) {
+  const c10::cuda::CUDAGuard guard(inputs[0].device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  at::Tensor codes[3], scales[3];
   QuantizeHeadsParams batch{};
-  batch.count = 3;
+  batch.count = count;
   batch.vectorized = true;
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < count; ++t) {
     std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t]);
     batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
     batch.first_block[t + 1] = batch.first_block[t] + batch.tensors[t].batch * batch.tensors[t].heads;
     batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
-  const cudaDeviceProp* props = at::cuda::getDeviceProperties(q.device().index());
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(inputs[0].device().index());
   const int64_t head_bytes = quantize_heads_smem_bytes(batch);
   const bool few_heads = static_cast<int64_t>(batch.first_block[batch.count]) * 4 <= props->multiProcessorCount;
   const bool block_per_head = !few_heads && 3 * head_bytes <= static_cast<int64_t>(props->sharedMemPerMultiprocessor);
@@ -104,10 +93,34 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   if (by_cluster || block_holds_head) {
     const cudaError_t err = by_cluster ? launch_quantize_heads_cluster(batch, /*fewest_blocks=*/!few_heads, stream)
                                        : launch_quantize_heads(batch, stream);
-    TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8_qkv: kernel launch failed: ", cudaGetErrorString(err));
+    TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
   } else {
-    for (int t = 0; t < 3; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);
+    for (int t = 0; t < count; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);
   }
+}
+
+// One tensor takes the same kernels as three (graph us against two passes, H100, one run: q of 1x8x512x64 3.8 / 4.5,
+// 4x16x2048x64 16.3 / 25.8, 32x16x577x64 33.1 / 57.0, 4x32x2048x128 67.5 / 77.1). Given scales need no amax: the
+// encode pass alone reads x once.
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const std::optional<at::Tensor>& scale) {
+  check_quantize_inputs(x, scale);
+  at::Tensor codes, scales;
+  if (!scale.has_value()) {
+    quantize_heads_of(&x, 1, &codes, &scales);
+    return {codes, scales};
+  }
+  const c10::cuda::CUDAGuard guard(x.device());
+  std::tie(codes, scales) = allocate_quantized(x);
+  quantize_two_pass(make_quantize_params(x, codes, scales, scale->contiguous()), x, at::cuda::getCurrentCUDAStream());
+  return {codes, scales};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_qkv_inputs(q, k, v);
+  const at::Tensor inputs[3] = {q, k, v};
+  at::Tensor codes[3], scales[3];
+  quantize_heads_of(inputs, 3, codes, scales);
   return {codes[0], scales[0], codes[1], scales[1], codes[2], scales[2]};
 }
 

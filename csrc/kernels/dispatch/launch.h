@@ -52,8 +52,9 @@ int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& params);
 // One launch for all the tensors: a block per head stages the head in shared memory, reduces its amax and
 // encodes it from there.
 cudaError_t launch_quantize_heads(const QuantizeHeadsParams& params, cudaStream_t stream);
-// The same for heads of up to 8 x 256 x 8 16-byte vectors on sm_90 and later: a cluster of 8 or 16 blocks per head
-// holds the head in registers and reduces its amax through distributed shared memory.
+// The same for heads of up to 8 x 256 x 8 16-byte vectors on sm_90 and later (16 x 256 x 8 where the GPU runs
+// 16-block clusters): a cluster of blocks per head holds the head in registers and reduces its amax through
+// distributed shared memory.
 // With fewest_blocks, each cluster has as few blocks as hold a head (1 to 16) instead of the most the GPU runs.
 bool quantize_heads_by_cluster(const QuantizeHeadsParams& params, int sm);
 cudaError_t launch_quantize_heads_cluster(const QuantizeHeadsParams& params, bool fewest_blocks, cudaStream_t stream);
