@@ -25,6 +25,10 @@ TORCH_LIBRARY(sdpa, m) {
       "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
   m.def(
+      "quantize_fp8_qkv_smooth_k(Tensor q, Tensor k, Tensor v) "
+      "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale, "
+      "Tensor k_shift)");
+  m.def(
       "kv_cache_append(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor k_scale, "
       "Tensor v_scale, Tensor start, Tensor? k_shift=None) -> ()");
 }

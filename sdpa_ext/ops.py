@@ -95,3 +95,9 @@ def _quantize_fp8_fake(x, scale=None):
 def _quantize_fp8_qkv_fake(q, k, v):
     _check_same_device("q", q, k=k, v=v)
     return (*_quantize_fp8_fake(q), *_quantize_fp8_fake(k), *_quantize_fp8_fake(v))
+
+
+@torch.library.register_fake("sdpa::quantize_fp8_qkv_smooth_k")
+def _quantize_fp8_qkv_smooth_k_fake(q, k, v):
+    shift = k.new_empty((k.size(0), k.size(1), k.size(3)), dtype=torch.float32)
+    return (*_quantize_fp8_qkv_fake(q, k, v), shift)

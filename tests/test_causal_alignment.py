@@ -8,7 +8,8 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import sdpa_ext
 from reference import attention_float64, sdpa_float32
-from test_attention import check_end_to_end_error, check_kernel_error, make_qkv, quantize_all, variants_for
+from test_attention import (check_end_to_end_error, check_kernel_error, drop_in_values, make_qkv, quantize_all,
+                            variants_for)
 
 # (B, Hq, Hkv, Sq, Sk, D, causal): chunks shorter than the keys (the usual chunked prefill; key tiles that the
 # shifted diagonal crosses, whole tiles below it), equal (the same mask as top-left), and longer (rows that see no
@@ -57,8 +58,7 @@ def test_drop_in_takes_causal_bias(device, bias, shape, record_error):
     mask = bias(sq, sk)
     out = sdpa_ext.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
     alignment = "bottom_right" if bias is causal_lower_right else "top_left"
-    deq = [sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(t)) for t in (q, k, v)]
-    exact_out, _ = attention_float64(*deq, True, None, alignment)
+    exact_out, _ = attention_float64(*drop_in_values(q, k, v), True, None, alignment)
     sdpa_out = sdpa_float32(q, k, v, True, None, alignment)
     check_end_to_end_error(out, exact_out, sdpa_out, record_error)
     if sq <= sk or bias is causal_upper_left:

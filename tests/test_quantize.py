@@ -38,6 +38,12 @@ def exact_scale(x):
     return torch.where(amax > 0, amax / 448.0, torch.ones_like(amax)).float()
 
 
+def same_bits(a, b):
+    """Equal dtype, shape and bits (E4M3 codes compared as bytes)."""
+    as_bytes = lambda t: t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t  # noqa: E731
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(as_bytes(a), as_bytes(b))
+
+
 def our_codes(x, scale=None):
     codes, scales = sdpa_ext.quantize_fp8(x, scale)
     assert codes.dtype == torch.float8_e4m3fn and codes.shape == x.shape
@@ -167,15 +173,12 @@ def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     together = sdpa_ext.quantize_fp8_qkv(q, k, v)
     separately = [x for t in (q, k, v) for x in sdpa_ext.quantize_fp8(t)]
     for a, b in zip(together, separately):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
-                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+        assert same_bits(a, b)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
-    # With the amax scale every pattern lands somewhere in [-448, 448], ties and subnormals included; on CUDA the
-    # one-launch kernel encodes with the hardware cvt (sm_89+), quantize_fp8 with the bit-logic encoder.
+    # With the amax scale every pattern lands somewhere in [-448, 448], ties and subnormals included.
     x = all_bit_patterns(dtype, device)
     x = torch.where(torch.isinf(x), torch.zeros_like(x), x)
     expected = sdpa_ext.quantize_fp8(x)
@@ -185,7 +188,46 @@ def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
         assert torch.equal(scale, expected[1])
 
 
-def test_qkv_rejects_mixed_dtypes(device):
+@pytest.mark.parametrize("smooth_k", [False, True])
+def test_qkv_rejects_mixed_dtypes(device, smooth_k):
     q = torch.randn(1, 2, 8, 64, device=device)
     with pytest.raises(RuntimeError, match=r"k must have the dtype of q \(Float\), got Half"):
-        sdpa_ext.quantize_fp8_qkv(q, q.half(), q)
+        sdpa_ext.quantize_fp8_qkv(q, q.half(), q, smooth_k=smooth_k)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [
+    (1, 8, 512, 64),    # one launch on CUDA: a cluster per head (sm_90) or a block per head
+    (2, 4, 33, 128),    # odd row counts
+    (1, 2, 4096, 128),  # heads too large for a cluster or shared memory: the two-pass kernels
+    (8, 8, 256, 64),    # many small heads: a block per head
+    (4, 16, 385, 128),  # clusters of as few blocks as hold a head (sm_90)
+    (1, 2, 64, 256),    # 32 vectors a row in fp16 / bf16 (64 in fp32: the mean by torch)
+    (1, 3, 50, 20),     # rows not in 16-byte vectors: the mean by torch on CUDA
+    (1, 2, 64, 96),     # 12 vectors a row, not a power of two: the mean by torch on CUDA
+])
+def test_smooth_k_quantizes_keys_minus_their_mean(device, dtype, shape):
+    gen = torch.Generator().manual_seed(shape[2])
+    b, h, _, d = shape
+    q, k, v = (torch.randn(shape, generator=gen) for _ in range(3))
+    k = (k + torch.randn(b, h, 1, d, generator=gen) * 5).to(dtype).to(device)  # channel offsets of sd 5
+    k = k.transpose(1, 2).contiguous().transpose(1, 2)  # strided, as models hand keys over
+    k[0, 0].zero_()  # a head of zeros: mean 0, scale 1
+    q, v = q.to(dtype).to(device), v.to(dtype).to(device)
+    smoothed = sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=True)
+    plain = sdpa_ext.quantize_fp8_qkv(q, k, v)
+    for ours, theirs in zip(smoothed[:2] + smoothed[4:6], plain[:2] + plain[4:6]):  # q and v as without smoothing
+        assert same_bits(ours, theirs)
+    shift = smoothed[6]
+    assert shift.dtype == torch.float32 and shift.shape == (b, h, d)
+    keys = k.double().cpu()
+    # An fp32 sum of S values is within S * 2^-24 of the exact one relative to the sum of their magnitudes.
+    tolerance = shape[2] * 2.0**-24 * keys.abs().mean(dim=2)
+    assert ((shift.double().cpu() - keys.mean(dim=2)).abs() <= tolerance).all()
+    # The contract, given the shift: k - m in fp32, scale amax / 448, codes torch's own cast.
+    shifted = k.float().cpu() - shift.cpu()[:, :, None, :]
+    scale = exact_scale(shifted)
+    assert torch.equal(smoothed[3].cpu(), scale)
+    assert_codes_match_torch(smoothed[2].view(torch.uint8), shifted, scale)
+    again = sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=True)
+    assert all(same_bits(x, y) for x, y in zip(smoothed, again)), "the same bits on every call"

@@ -1,4 +1,5 @@
-// CPU implementation of sdpa::quantize_fp8: per-head amax, scale = amax / 448, round-to-nearest-even encode.
+// CPU implementation of sdpa::quantize_fp8 (per-head amax, scale = amax / 448, round-to-nearest-even encode),
+// quantize_fp8_qkv and quantize_fp8_qkv_smooth_k.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -48,9 +49,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {q8, qs, k8, ks, v8, vs};
 }
 
+// k's mean key per head in float32, and k minus it quantized as float32 values.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+quantize_fp8_qkv_smooth_k_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_qkv_inputs(q, k, v);
+  const at::Tensor keys = k.to(at::kFloat);
+  const at::Tensor shift = keys.mean(2);
+  auto [q8, qs] = quantize_fp8_cpu(q, std::nullopt);
+  auto [k8, ks] = quantize_fp8_cpu(keys - shift.unsqueeze(2), std::nullopt);
+  auto [v8, vs] = quantize_fp8_cpu(v, std::nullopt);
+  return {q8, qs, k8, ks, v8, vs, shift};
+}
+
 TORCH_LIBRARY_IMPL(sdpa, CPU, m) {
   m.impl("quantize_fp8", &quantize_fp8_cpu);
   m.impl("quantize_fp8_qkv", &quantize_fp8_qkv_cpu);
+  m.impl("quantize_fp8_qkv_smooth_k", &quantize_fp8_qkv_smooth_k_cpu);
 }
 
 }  // namespace sdpa

@@ -52,10 +52,14 @@ std::tuple<at::Tensor, at::Tensor> allocate_quantized(const at::Tensor& x) {
 // The two-pass kernels (any head size): amax partials per chunk, then encode.
 void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaStream_t stream) {
   QuantizeParams p = params;
-  at::Tensor partial_amax;
+  at::Tensor partial_amax, partial_stats;
   if (p.given_scale == nullptr) {
     partial_amax = at::empty({x.size(0) * x.size(1) * p.chunks}, x.options().dtype(at::kFloat));
     p.partial_amax = partial_amax.data_ptr<float>();
+  }
+  if (p.shift != nullptr) {
+    partial_stats = at::empty({x.size(0) * x.size(1) * p.chunks * 3 * p.cols}, x.options().dtype(at::kFloat));
+    p.partial_stats = partial_stats.data_ptr<float>();
   }
   const cudaError_t err = launch_quantize(p, stream);
   TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
@@ -72,7 +76,10 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 //   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
 // - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
 //   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it).
-void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales) {
+// With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;
+// the caller checks smoothable() first.
+void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales,
+                       int smoothed = -1, const at::Tensor& shift = at::Tensor()) {
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   QuantizeHeadsParams batch{};
@@ -81,6 +88,7 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   for (int t = 0; t < count; ++t) {
     std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t]);
     batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
+    if (t == smoothed) batch.tensors[t].shift = shift.data_ptr<float>();
     batch.first_block[t + 1] = batch.first_block[t] + batch.tensors[t].batch * batch.tensors[t].heads;
     batch.vectorized = batch.vectorized && batch.tensors[t].vectorized;
   }
@@ -124,11 +132,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {codes[0], scales[0], codes[1], scales[1], codes[2], scales[2]};
 }
 
+// Whether the kernels smooth rows as long as x's: a power of two up to 32 16-byte vectors (smoothable_row).
+bool smoothable_width(const at::Tensor& x) {
+  const int64_t bytes = x.size(3) * x.element_size();
+  return bytes % 16 == 0 && smoothable_row(static_cast<int>(bytes / 16));
+}
+
+// k's per-channel mean comes out of the passes that take its amax, so smoothing reads k no more often.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+quantize_fp8_qkv_smooth_k_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_qkv_inputs(q, k, v);
+  const c10::cuda::CUDAGuard guard(q.device());
+  at::Tensor shift = at::empty({k.size(0), k.size(1), k.size(3)}, k.options().dtype(at::kFloat));
+  at::Tensor codes[3], scales[3];
+  if (smoothable_width(k)) {
+    // Keys in strided or misaligned rows are copied once: the kernels' channel groups need whole 16-byte vectors.
+    const at::Tensor keys = rows_are_vectorizable(k) ? k : k.clone(at::MemoryFormat::Contiguous);
+    const at::Tensor inputs[3] = {q, keys, v};
+    quantize_heads_of(inputs, 3, codes, scales, /*smoothed=*/1, shift);
+  } else {
+    // Other head dims: the mean by torch, then k - mean quantized as float32 values.
+    shift.copy_(k.to(at::kFloat).mean(2));
+    const at::Tensor shifted = k.to(at::kFloat) - shift.unsqueeze(2);
+    quantize_heads_of(&q, 1, &codes[0], &scales[0]);
+    quantize_heads_of(&shifted, 1, &codes[1], &scales[1]);
+    quantize_heads_of(&v, 1, &codes[2], &scales[2]);
+  }
+  return {codes[0], scales[0], codes[1], scales[1], codes[2], scales[2], shift};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(sdpa, CUDA, m) {
   m.impl("quantize_fp8", &quantize_fp8_cuda);
   m.impl("quantize_fp8_qkv", &quantize_fp8_qkv_cuda);
+  m.impl("quantize_fp8_qkv_smooth_k", &quantize_fp8_qkv_smooth_k_cuda);
 }
 
 }  // namespace sdpa

@@ -62,9 +62,21 @@ struct QuantizeParams {
   float* scale;              // [B, H] out
   const float* given_scale;  // [B, H] or nullptr: derive the scale from amax
   float* partial_amax;       // [B * H, chunks] scratch, written by the amax pass
+  // Smoothing (keys): with `shift` set, x is quantized minus its per-channel mean over the rows, written to shift
+  // [B * H, cols]; the amax pass then writes each chunk's per-channel sum, min and max to partial_stats
+  // [B * H, chunks, 3, cols]. Kernels take it for vectorized rows whose cols / (values per 16 bytes) is a power of
+  // two up to 32 (quantize_smoothable).
+  float* shift;
+  float* partial_stats;
   int chunks;                // blocks per head in each pass
   bool vectorized;           // contiguous rows whose length and strides are multiples of 16 bytes
 };
+
+// Whether the kernels smooth rows of vectors_per_row 16-byte vectors (QuantizeParams::shift): a power of two up to
+// 32, so that every vector a thread of a block (a multiple of 32 threads) sees starts at the same column.
+SDPA_HOST_DEVICE constexpr bool smoothable_row(int vectors_per_row) {
+  return vectors_per_row >= 1 && vectors_per_row <= 32 && (vectors_per_row & (vectors_per_row - 1)) == 0;
+}
 
 // Up to three tensors (q, k, v) quantized by one launch of the whole-head kernel.
 struct QuantizeHeadsParams {
@@ -72,6 +84,7 @@ struct QuantizeHeadsParams {
   int count;
   int first_block[4];  // block index where each tensor's heads start; first_block[count] = total blocks
   bool vectorized;     // every tensor is (QuantizeParams::vectorized)
+  int stats_offset;    // where the smoothing statistics start in the whole-head kernel's shared memory (bytes)
 };
 
 // New rows of K and V encoded into preallocated E4M3 caches (sdpa::kv_cache_append): row t of batch b goes to cache

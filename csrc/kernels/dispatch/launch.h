@@ -46,8 +46,8 @@ int quantize_chunks(const QuantizeParams& params);
 // Enqueues the amax pass (skipped when params.given_scale is set) and the encode pass.
 cudaError_t launch_quantize(const QuantizeParams& params, cudaStream_t stream);
 
-// Shared memory the whole-head kernel needs for these tensors (their largest head), and whether it may run:
-// every tensor has the same input type and `smem_limit` bytes hold a head.
+// Shared memory the whole-head kernel needs for these tensors: their largest head, and the smoothing statistics
+// when a tensor smooths (QuantizeParams::shift).
 int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& params);
 // One launch for all the tensors: a block per head stages the head in shared memory, reduces its amax and
 // encodes it from there.

@@ -1,0 +1,55 @@
+// What the quantizer's kernels share (quantize_two_pass.cu, quantize_heads.cu, quantize_cluster.cu): the block size
+// of the two-pass and cluster kernels, a block-wide max, which tensor of a batch a head belongs to, and the shared
+// memory smoothing needs.
+#pragma once
+
+#include <algorithm>
+
+#include "../common/attention_common.cuh"
+#include "../common/params.h"
+#include "channel_stats.cuh"
+
+namespace sdpa {
+namespace quantize {
+
+constexpr int kQuantThreads = 256;
+
+// The max over a block of kThreads (at most 1024) threads; valid in warp 0.
+template <int kThreads = kQuantThreads>
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float warp_max[kThreads / 32];
+  x = group_max<32>(x);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = x;
+  __syncthreads();
+  x = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
+  return group_max<32>(x);
+}
+
+// The index of the tensor whose heads include head `index` of all tensors.
+__device__ __forceinline__ int tensor_of(const QuantizeHeadsParams& b, int index) {
+  int t = 0;
+  while (t + 1 < b.count && index >= b.first_block[t + 1]) ++t;
+  return t;
+}
+
+// Whether a tensor of the batch smooths (QuantizeParams::shift): the one-launch kernels then run their kSmooth
+// instantiation, held by launch bounds to the blocks per SM of the plain one (three whole-head blocks, four cluster
+// blocks), which its statistics would otherwise cost (49-56 registers against 32-40, 113-128 against 56-64, sm_90a).
+inline bool smooths(const QuantizeHeadsParams& b) {
+  for (int t = 0; t < b.count; ++t) {
+    if (b.tensors[t].shift != nullptr) return true;
+  }
+  return false;
+}
+
+// Shared memory a block of `warps` warps needs for the statistics of the tensors that smooth (0 when none does).
+inline int smoothing_stats_bytes(const QuantizeHeadsParams& b, int warps) {
+  int cols = 0;
+  for (int t = 0; t < b.count; ++t) {
+    if (b.tensors[t].shift != nullptr) cols = std::max(cols, b.tensors[t].cols);
+  }
+  return cols == 0 ? 0 : channel_stats_floats(warps, cols) * static_cast<int>(sizeof(float));
+}
+
+}  // namespace quantize
+}  // namespace sdpa

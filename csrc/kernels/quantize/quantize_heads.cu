@@ -1,0 +1,159 @@
+// The whole-head quantizer: one launch for q, k and v, a block per head that stages the head in shared memory, so
+// each head is read from global memory once.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "../common/attention_common.cuh"
+#include "../common/fp8.h"
+#include "../dispatch/launch.h"
+#include "channel_stats.cuh"
+#include "encode.cuh"
+#include "quantize_common.cuh"
+
+namespace sdpa {
+namespace {
+
+using quantize::block_max;
+using quantize::smooths;
+using quantize::smoothing_stats_bytes;
+using quantize::tensor_of;
+
+constexpr int kHeadThreads = 512;
+
+// The whole-head kernel: one block per head of any of the tensors. Loads go through shared memory once, so the
+// head is read from global memory a single time (the two-pass kernels read it twice).
+template <typename T, int kVec, bool kSmooth>
+__global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_kernel(const QuantizeHeadsParams b) {
+  using Vec = typename std::conditional<kVec == 1, T, uint4>::type;  // kVec values of T per load
+  extern __shared__ __align__(16) unsigned char head_smem[];
+  T* values = reinterpret_cast<T*>(head_smem);
+  const int t = tensor_of(b, blockIdx.x);
+  const QuantizeParams& p = b.tensors[t];
+  const int head = blockIdx.x - b.first_block[t];
+  const T* x = static_cast<const T*>(p.x) + (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+  const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
+  // kSmooth stages vector (row, c) at c ^ (row % vecs_per_row) of its row (vecs_per_row is a power of two there):
+  // the statistics then read one column down 32 rows from 8 bank groups, not all from one.
+  auto slot = [&](int i) {
+    if constexpr (kSmooth) {
+      const int row = i / vecs_per_row;
+      return row * vecs_per_row + ((i % vecs_per_row) ^ (row % vecs_per_row));
+    }
+    return i;
+  };
+
+  float amax = 0.0f;
+#pragma unroll 4
+  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+    const int row = i / vecs_per_row, col = i % vecs_per_row * kVec;
+    const Vec v = *reinterpret_cast<const Vec*>(x + row * p.x_row_stride + col * p.x_col_stride);
+    reinterpret_cast<Vec*>(values)[slot(i)] = v;
+    const T* elems = reinterpret_cast<const T*>(&v);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
+  }
+  __shared__ float warp_max[kHeadThreads / 32];
+  amax = group_max<32>(amax);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();  // also publishes the staged values
+  __shared__ float head_scale;
+  // Smoothing (p.shift): the totals [3][cols] and the shift [cols] after the staged head (stats_offset).
+  const bool smooth = kSmooth && p.shift != nullptr;
+  float* totals = reinterpret_cast<float*>(head_smem + b.stats_offset);
+  float* shift = totals + 3 * p.cols;
+  if (smooth) {
+    // From the staged head: warp w takes the 4-byte columns w, w + 16, ... (a quarter of a vector's channels), its
+    // lanes every 32nd row, so one warp holds a column's whole statistics. Per-warp partials of every column would
+    // take shared memory that ViT-L's 577 x 64 heads need for three blocks per SM; quarter vectors keep the kernel
+    // within three blocks' 40 registers (half vectors spilled) and give every warp work.
+    constexpr int kChannels = kVec > 1 ? kVec / 4 : 1;  // (kVec is 1 only in instantiations that never smooth)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int quarter = warp; quarter < 4 * vecs_per_row; quarter += kHeadThreads / 32) {
+      ChannelStats<kChannels> stats;
+      for (int row = lane; row < p.rows; row += 32) {
+        const int vector = slot(row * vecs_per_row + quarter / 4);
+        const uint32_t raw = reinterpret_cast<const uint32_t*>(values)[4 * vector + quarter % 4];
+        const T* elems = reinterpret_cast<const T*>(&raw);
+        float staged[kChannels];
+#pragma unroll
+        for (int e = 0; e < kChannels; ++e) staged[e] = to_float(elems[e]);
+        stats.add(staged);
+      }
+      stats.reduce_lanes(1);
+      stats.store_warp(totals, 1, p.cols, 0, lane, 1, quarter * kChannels);
+    }
+    __syncthreads();
+    float channel_amax = 0.0f;
+    for (int c = threadIdx.x; c < p.cols; c += kHeadThreads) {
+      const float sum = totals[c], lo = totals[p.cols + c], hi = totals[2 * p.cols + c];
+      channel_amax = fmaxf(channel_amax, smoothed_channel_amax(sum, lo, hi, p.rows, shift, c));
+      p.shift[static_cast<int64_t>(head) * p.cols + c] = shift[c];
+    }
+    amax = block_max<kHeadThreads>(channel_amax);
+    if (threadIdx.x == 0) head_scale = p.scale[head] = scale_from_amax(amax);
+  } else if (threadIdx.x < 32) {
+    amax = group_max<32>(threadIdx.x < kHeadThreads / 32 ? warp_max[threadIdx.x] : 0.0f);
+    if (threadIdx.x == 0) {
+      head_scale = p.given_scale != nullptr ? p.given_scale[head] : scale_from_amax(amax);
+      p.scale[head] = head_scale;
+    }
+  }
+  __syncthreads();
+  const float scale = head_scale;
+  // Every vector of this thread starts at the same column (vecs_per_row divides kHeadThreads when smoothing); its
+  // means are read from shared memory with each vector, as held in registers they took the kernel past three
+  // blocks' 40.
+  const float* offset = smooth ? shift + threadIdx.x % vecs_per_row * kVec : nullptr;
+  uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
+  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+    float x[kVec];
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) x[e] = to_float(values[slot(i) * kVec + e]) - (smooth ? offset[e] : 0.0f);
+    store_codes<kVec>(codes + i * kVec, x, scale);
+  }
+}
+
+template <typename T>
+cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, cudaStream_t stream) {
+  const int smem = static_cast<int>(quantize_heads_smem_bytes(b));
+  const unsigned blocks = static_cast<unsigned>(b.first_block[b.count]);
+  auto launch = [&](auto kernel) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        err != cudaSuccess) {
+      return err;
+    }
+    kernel<<<blocks, kHeadThreads, smem, stream>>>(b);
+    return cudaGetLastError();
+  };
+  if (smooths(b)) return launch(quantize_heads_kernel<T, 16 / sizeof(T), true>);  // vectorized (smoothable_row)
+  if (b.vectorized) return launch(quantize_heads_kernel<T, 16 / sizeof(T), false>);
+  return launch(quantize_heads_kernel<T, 1, false>);
+}
+
+// The whole-head kernel's staged values: the largest head, rounded up to 16 bytes (the statistics follow).
+int64_t quantize_heads_values_bytes(const QuantizeHeadsParams& b) {
+  int64_t bytes = 0;
+  for (int t = 0; t < b.count; ++t) {
+    const int64_t element = b.tensors[t].x_type == InputType::kFloat32 ? 4 : 2;
+    bytes = std::max(bytes, element * b.tensors[t].rows * b.tensors[t].cols);
+  }
+  return (bytes + 15) / 16 * 16;
+}
+
+}  // namespace
+
+int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
+  return quantize_heads_values_bytes(b) + smoothing_stats_bytes(b, 0);  // the totals and the shift
+}
+
+cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, cudaStream_t stream) {
+  QuantizeHeadsParams params = b;
+  params.stats_offset = static_cast<int>(quantize_heads_values_bytes(b));
+  return with_input_type(params.tensors[0].x_type,
+                         [&](auto value) { return launch_heads_typed<decltype(value)>(params, stream); });
+}
+
+}  // namespace sdpa
