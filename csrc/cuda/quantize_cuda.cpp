@@ -77,7 +77,7 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 // - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
 //   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it).
 // With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;
-// the caller checks smoothable() first.
+// the caller checks smoothable_width first.
 void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales,
                        int smoothed = -1, const at::Tensor& shift = at::Tensor()) {
   const c10::cuda::CUDAGuard guard(inputs[0].device());

@@ -11,9 +11,9 @@ Calls whose mask transformers leaves out (plain causal, no padding: transformers
 causal queries after cached keys with no padding (decode steps, chunked prefill, speculative decoding: `causal_mask`
 hands None or torch's causal_lower_right instead of a tensor, also while a CUDA graph is captured), run sdpa_ext:
 the fp16/bf16 drop-in on ordinary key/value tensors, fp8_forward straight on the codes of an FP8Cache (its prefill
-included). Decode steps with an FP8Cache can be captured in a CUDA graph and replayed as the cache grows. Anything the kernels cannot express (a materialized mask
-such as padding, dropout, other head dims, fp32, autograd) runs transformers' torch SDPA path instead: counted
-(`fallback_counts()`), warned once per reason, never wrong.
+included). Decode steps with an FP8Cache can be captured in a CUDA graph and replayed as the cache grows. Anything
+the kernels cannot express (a materialized mask such as padding, dropout, other head dims, fp32, autograd) runs
+transformers' torch SDPA path instead: counted (`fallback_counts()`), warned once per reason, never wrong.
 `compare_with_sdpa()` measures every call against torch SDPA in fp32 on the unquantized inputs.
 """
 

@@ -44,15 +44,17 @@ constexpr int kMinClusterCtas = 8, kMaxClusterCtas = 16, kClusterThreads = kQuan
 // Returns the head's amax in warp 0; all blocks add the ranks' totals in the same order.
 template <class Cluster>
 __device__ float cluster_smoothed_amax(const Cluster& cluster, const QuantizeParams& p, int ctas, int rank,
-                                       const float* totals, float* gathered) {
+                                       float* totals, float* gathered) {
   __shared__ float slice_amax;
   const int slice = (p.cols + ctas - 1) / ctas, first = rank * slice, lanes = ctas * slice;
-  float* shift = const_cast<float*>(totals) + 3 * p.cols;  // this block's, read by the others for its slice
+  float* shift = totals + 3 * p.cols;  // this block's, read by the others for its slice
   for (int i = threadIdx.x; i < lanes; i += kClusterThreads) {  // [3][ctas][slice], rank-major
     const int r = i / slice, c = first + i % slice;
     if (c < p.cols) {
       const float* theirs = cluster.map_shared_rank(totals, r);
-      gathered[i] = theirs[c], gathered[lanes + i] = theirs[p.cols + c], gathered[2 * lanes + i] = theirs[2 * p.cols + c];
+      gathered[i] = theirs[c];
+      gathered[lanes + i] = theirs[p.cols + c];
+      gathered[2 * lanes + i] = theirs[2 * p.cols + c];
     }
   }
   __syncthreads();
@@ -68,7 +70,9 @@ __device__ float cluster_smoothed_amax(const Cluster& cluster, const QuantizePar
   channel_amax = block_max(channel_amax);
   if (threadIdx.x == 0) slice_amax = channel_amax;
   cluster.sync();  // every slice's means and amax are in their block's shared memory
-  for (int c = threadIdx.x; c < p.cols; c += kClusterThreads) gathered[c] = *cluster.map_shared_rank(shift + c, c / slice);
+  for (int c = threadIdx.x; c < p.cols; c += kClusterThreads) {
+    gathered[c] = *cluster.map_shared_rank(shift + c, c / slice);
+  }
   float amax = threadIdx.x < ctas ? *cluster.map_shared_rank(&slice_amax, threadIdx.x) : 0.0f;
   return group_max<32>(amax);
 }
