@@ -59,15 +59,17 @@ struct DecodeConfig {
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
-  // 32-key tiles at D = 128, where the 64 O accumulators leave room for 32 keys of S (as in fp8_mma); 64 at D = 64.
+  // 32-key tiles at D = 128, where the 64 O accumulators leave room for 32 keys of S (as in fp8_mma); 64 at D = 64
+  // (32 there: 69.8 against 52.7 us at 16x32x8x1x8192x64, H100, 1cb1359).
   static constexpr int kBlockN = kHeadDim == 64 ? 64 : 32;
   static constexpr int kTileBytes = kBlockN * kHeadDim;
   // Slots of K + V codes per block: 12 (96 KB, 2 blocks per SM on an H100), 3 stages per group with 4 key groups
   // and 6 with 2; with 64 rows, one key group of 8 stages (64 KB, 3 blocks per SM). 12 slots against 8 for every
   // shape, graph us (H100, 2026-11-24, two runs; the combine kernel changed between them): 32x32x8x4096x128, one
-  // split, 97.8 / 108.6; 8x32x8x32768x128 at 16 queries (64 rows) 344.4 / 300.9. The memory-bound rows want bytes
-  // in flight, the 64-row blocks more warps to hide the latency of their mma chains. The warpgroup keeps all of
-  // its 3 slots in flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
+  // split, 97.8 / 108.6; 8x32x8x32768x128 at 16 queries (64 rows) 344.4 / 300.9; 16x32x8x8192x64 at one query
+  // 52.7 / 59.2 (1cb1359). The memory-bound rows want bytes in flight, the 64-row blocks more warps to hide the
+  // latency of their mma chains. The warpgroup keeps all of its 3 slots in flight, beside its fp16 tiles (K of two
+  // tiles, V of three): 64 KB, 3 blocks per SM.
   static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : 12;
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
