@@ -151,7 +151,7 @@ class ShapeBench:
         return call
 
     def quantize(self, i):
-        """The drop-in's quantization, keys smoothed as by default."""
+        """The drop-in's quantization, keys smoothed or not as it does by default."""
         return sdpa_ext.quantize_fp8_qkv(*self.sets[i % len(self.sets)], smooth_k=SMOOTH_KEYS_DEFAULT)
 
     def end_to_end(self, variant="auto"):

@@ -65,7 +65,7 @@ struct QuantizeParams {
   // Smoothing (keys): with `shift` set, x is quantized minus its per-channel mean over the rows, written to shift
   // [B * H, cols]; the amax pass then writes each chunk's per-channel sum, min and max to partial_stats
   // [B * H, chunks, 3, cols]. Kernels take it for vectorized rows whose cols / (values per 16 bytes) is a power of
-  // two up to 32 (quantize_smoothable).
+  // two up to 32 (smoothable_row).
   float* shift;
   float* partial_stats;
   int chunks;                // blocks per head in each pass

@@ -58,28 +58,37 @@ struct ChannelStats {
   }
 };
 
+// One channel's sum, min and max, merged from statistics laid out in three planes (sum, min, max) `stride` floats
+// apart, as store_warp, the block totals and the two-pass chunks keep them. Every combiner merges in a fixed order.
+struct ChannelTotal {
+  float sum, lo, hi;
+
+  __device__ ChannelTotal() : sum(0.0f), lo(INFINITY), hi(-INFINITY) {}
+  __device__ ChannelTotal(const float* at, int stride) : sum(at[0]), lo(at[stride]), hi(at[2 * stride]) {}
+
+  __device__ void merge(const float* at, int stride) {
+    sum += at[0], lo = fminf(lo, at[stride]), hi = fmaxf(hi, at[2 * stride]);
+  }
+
+  // The channel's mean over `rows` rows (written to shift[c], the block's own, never memory that other blocks read)
+  // and the amax of x - mean.
+  __device__ float smoothed_amax(int rows, float* shift, int c) const {
+    const float mean = sum / static_cast<float>(rows);
+    shift[c] = mean;
+    return fmaxf(hi - mean, mean - lo);
+  }
+};
+
 // The block's totals [3][cols] from its warps' statistics (stats as store_warp wrote them, totals right after them).
 // The caller synchronizes the block before (the warps' stores) and after (the totals).
 __device__ __forceinline__ float* total_channel_stats(float* stats, int warps, int cols) {
   float* totals = stats + 3 * warps * cols;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-    float sum = 0.0f, lo = INFINITY, hi = -INFINITY;
-    for (int w = 0; w < warps; ++w) {
-      sum += stats[w * cols + c];
-      lo = fminf(lo, stats[(warps + w) * cols + c]);
-      hi = fmaxf(hi, stats[(2 * warps + w) * cols + c]);
-    }
-    totals[c] = sum, totals[cols + c] = lo, totals[2 * cols + c] = hi;
+    ChannelTotal total;
+    for (int w = 0; w < warps; ++w) total.merge(stats + w * cols + c, warps * cols);
+    totals[c] = total.sum, totals[cols + c] = total.lo, totals[2 * cols + c] = total.hi;
   }
   return totals;
-}
-
-// Channel c's mean (written to shift[c]) and amax |x - mean| from its totals over `rows` rows. shift is the block's
-// own (after the totals), never memory that other blocks read.
-__device__ __forceinline__ float smoothed_channel_amax(float sum, float lo, float hi, int rows, float* shift, int c) {
-  const float mean = sum / static_cast<float>(rows);
-  shift[c] = mean;
-  return fmaxf(hi - mean, mean - lo);
 }
 
 }  // namespace sdpa

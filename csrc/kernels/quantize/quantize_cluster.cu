@@ -60,12 +60,9 @@ __device__ float cluster_smoothed_amax(const Cluster& cluster, const QuantizePar
   __syncthreads();
   float channel_amax = 0.0f;
   for (int j = threadIdx.x; j < slice && first + j < p.cols; j += kClusterThreads) {
-    float sum = 0.0f, lo = INFINITY, hi = -INFINITY;
-    for (int r = 0; r < ctas; ++r) {
-      const int i = r * slice + j;
-      sum += gathered[i], lo = fminf(lo, gathered[lanes + i]), hi = fmaxf(hi, gathered[2 * lanes + i]);
-    }
-    channel_amax = fmaxf(channel_amax, smoothed_channel_amax(sum, lo, hi, p.rows, shift, first + j));
+    ChannelTotal total;
+    for (int r = 0; r < ctas; ++r) total.merge(gathered + r * slice + j, lanes);
+    channel_amax = fmaxf(channel_amax, total.smoothed_amax(p.rows, shift, first + j));
   }
   channel_amax = block_max(channel_amax);
   if (threadIdx.x == 0) slice_amax = channel_amax;

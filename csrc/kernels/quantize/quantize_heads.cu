@@ -88,8 +88,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     __syncthreads();
     float channel_amax = 0.0f;
     for (int c = threadIdx.x; c < p.cols; c += kHeadThreads) {
-      const float sum = totals[c], lo = totals[p.cols + c], hi = totals[2 * p.cols + c];
-      channel_amax = fmaxf(channel_amax, smoothed_channel_amax(sum, lo, hi, p.rows, shift, c));
+      channel_amax = fmaxf(channel_amax, ChannelTotal(totals + c, p.cols).smoothed_amax(p.rows, shift, c));
       p.shift[static_cast<int64_t>(head) * p.cols + c] = shift[c];
     }
     amax = block_max<kHeadThreads>(channel_amax);

@@ -1,7 +1,8 @@
 // Per-head E4M3 quantization: an amax pass and an encode pass, `chunks` blocks per head each.
 //
 // Pass 1 writes one partial amax per block; pass 2 reduces its head's partials (at most kMaxChunks, one warp),
-// derives scale = amax / 448 exactly as torch does, and encodes its slice. No atomics and no memset, so the
+// derives scale = amax / 448 exactly as torch does, and encodes its slice. Smoothing (QuantizeParams::shift) writes
+// per-channel partials instead, which a per-head kernel between the passes turns into the shift and the scale. No atomics and no memset, so the
 // result is deterministic and two launches capture cleanly in a CUDA graph.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -87,14 +88,11 @@ __global__ void __launch_bounds__(kQuantThreads) smooth_head_kernel(const Quanti
   __shared__ float shift[kMaxSmoothCols];
   float channel_amax = 0.0f;
   for (int c = threadIdx.x; c < p.cols; c += kQuantThreads) {
-    float sum = 0.0f, lo = INFINITY, hi = -INFINITY;
+    ChannelTotal total;
     const float* partial = p.partial_stats + static_cast<int64_t>(head) * p.chunks * 3 * p.cols + c;
 #pragma unroll 8  // the chunks' loads in flight together, not one L2 round trip after the other
-    for (int k = 0; k < p.chunks; ++k) {
-      const float* chunk_stats = partial + k * 3 * p.cols;
-      sum += chunk_stats[0], lo = fminf(lo, chunk_stats[p.cols]), hi = fmaxf(hi, chunk_stats[2 * p.cols]);
-    }
-    channel_amax = fmaxf(channel_amax, smoothed_channel_amax(sum, lo, hi, p.rows, shift, c));
+    for (int k = 0; k < p.chunks; ++k) total.merge(partial + k * 3 * p.cols, p.cols);
+    channel_amax = fmaxf(channel_amax, total.smoothed_amax(p.rows, shift, c));
     p.shift[static_cast<int64_t>(head) * p.cols + c] = shift[c];
   }
   const float amax = block_max(channel_amax);
@@ -161,7 +159,7 @@ cudaError_t launch_two_pass(const QuantizeParams& p, cudaStream_t stream) {
 // one element per load and store on an H200).
 template <typename T>
 cudaError_t launch_typed(const QuantizeParams& p, cudaStream_t stream) {
-  if (p.shift != nullptr) return launch_two_pass<T, 16 / sizeof(T), true>(p, stream);  // quantize_smoothable
+  if (p.shift != nullptr) return launch_two_pass<T, 16 / sizeof(T), true>(p, stream);  // vectorized: smoothable_row
   return p.vectorized ? launch_two_pass<T, 16 / sizeof(T), false>(p, stream) : launch_two_pass<T, 1, false>(p, stream);
 }
 
