@@ -121,7 +121,11 @@ def test_nan_input_gives_nan_code(device):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("shape", [(1, 2, 1, 1), (2, 3, 17, 64), (1, 8, 512, 64), (2, 2, 1000, 128)])
+@pytest.mark.parametrize("shape", [
+    (1, 2, 1, 1), (2, 3, 17, 64), (1, 8, 512, 64), (2, 2, 1000, 128),
+    (4, 16, 385, 128),  # many heads too large for 3 blocks per SM: the streaming clusters (sm_90)
+    (1, 2, 4096, 128),  # heads too large for a cluster or shared memory: the two-pass kernels
+])
 def test_per_head_scale_and_codes(device, dtype, shape):
     gen = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(shape, generator=gen).mul(3).to(dtype).to(device)
@@ -162,7 +166,7 @@ def test_dequantize_round_trip_error_bound(device):
     ((1, 3, 50, 20), (1, 3, 70, 20)),       # 16-bit rows not in 16-byte vectors: a block per head on any GPU
     ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for a cluster or shared memory: the two-pass kernels
     ((8, 8, 256, 64), (8, 2, 200, 64)),     # many small heads: a block per head
-    ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: clusters of 4 (sm_90)
+    ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: streaming clusters (sm_90)
 ])
 def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     q_shape, kv_shape = shapes
@@ -174,6 +178,9 @@ def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     separately = [x for t in (q, k, v) for x in sdpa_ext.quantize_fp8(t)]
     for a, b in zip(together, separately):
         assert same_bits(a, b)
+    for x, codes, scales in zip((q, k, v), together[::2], together[1::2]):  # and the contract, independently
+        assert torch.equal(scales.cpu(), exact_scale(x))
+        assert_codes_match_torch(codes.view(torch.uint8), x, scales)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

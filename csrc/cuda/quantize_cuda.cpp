@@ -75,7 +75,10 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 //   of as few blocks as hold a head: 2x8x256x64 4.5 / 7.4 / 6.5, 8x16x512x64 19.0 / - / 24.3, 32x12x197x64
 //   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
 // - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
-//   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it).
+//   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it);
+//   where heads up to 512 KB do not smooth, the streaming clusters instead (launched once, a head per cluster at a
+//   time): 4x16x2048x128 87.9 against 97.6 us, 4x32x2048x128 154.4 / 189.2, 4x16x2048x64 48.3 / 52.5 (H100, one run
+//   each, both with the division by a reciprocal of encode.cuh).
 // With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;
 // the caller checks smoothable_width first.
 void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales,
@@ -97,10 +100,13 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   const bool few_heads = static_cast<int64_t>(batch.first_block[batch.count]) * 4 <= props->multiProcessorCount;
   const bool block_per_head = !few_heads && 3 * head_bytes <= static_cast<int64_t>(props->sharedMemPerMultiprocessor);
   const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
-  const bool by_cluster = !block_per_head && quantize_heads_by_cluster(batch, 10 * props->major + props->minor);
-  if (by_cluster || block_holds_head) {
-    const cudaError_t err = by_cluster ? launch_quantize_heads_cluster(batch, /*fewest_blocks=*/!few_heads, stream)
-                                       : launch_quantize_heads(batch, stream);
+  const int sm = 10 * props->major + props->minor;
+  const bool by_stream = !block_per_head && !few_heads && quantize_heads_by_stream(batch, sm);
+  const bool by_cluster = !block_per_head && !by_stream && quantize_heads_by_cluster(batch, sm);
+  if (by_stream || by_cluster || block_holds_head) {
+    const cudaError_t err = by_stream    ? launch_quantize_heads_stream(batch, stream)
+                            : by_cluster ? launch_quantize_heads_cluster(batch, /*fewest_blocks=*/!few_heads, stream)
+                                         : launch_quantize_heads(batch, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
   } else {
     for (int t = 0; t < count; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);

@@ -84,10 +84,10 @@ SDPA_HOST_DEVICE uint8_t quantize_e4m3(float x, float scale) {
 }
 
 #if defined(__CUDACC__)
-// Two values at once; on sm_89 and later the encode is one cvt.rn.satfinite.e4m3x2.f32 (round to nearest even,
-// +-448 for out-of-range values and infinities, NaN kept), the same function as float_to_e4m3.
-__device__ __forceinline__ uint16_t quantize_e4m3x2(float x0, float x1, float scale) {
-  const float q0 = __fdiv_rn(x0, scale), q1 = __fdiv_rn(x1, scale);
+// Two quotients (x / scale, already divided) at once; on sm_89 and later the encode is one
+// cvt.rn.satfinite.e4m3x2.f32 (round to nearest even, +-448 for out-of-range values and infinities, NaN kept), the
+// same function as float_to_e4m3.
+__device__ __forceinline__ uint16_t encode_e4m3x2(float q0, float q1) {
 #if __CUDA_ARCH__ >= 890
   uint16_t codes;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;" : "=h"(codes) : "f"(q0), "f"(q1));

@@ -58,5 +58,10 @@ cudaError_t launch_quantize_heads(const QuantizeHeadsParams& params, cudaStream_
 // With fewest_blocks, each cluster has as few blocks as hold a head (1 to 16) instead of the most the GPU runs.
 bool quantize_heads_by_cluster(const QuantizeHeadsParams& params, int sm);
 cudaError_t launch_quantize_heads_cluster(const QuantizeHeadsParams& params, bool fewest_blocks, cudaStream_t stream);
+// A persistent grid of clusters on sm_90 (quantize_stream.cu) that take the heads in turn, a cluster per head at a
+// time staging it in shared memory, the loads of the next head overlapping the encode of this one: heads up to
+// 512 KB, vectorized rows, no smoothing.
+bool quantize_heads_by_stream(const QuantizeHeadsParams& params, int sm);
+cudaError_t launch_quantize_heads_stream(const QuantizeHeadsParams& params, cudaStream_t stream);
 
 }  // namespace sdpa

@@ -1,0 +1,232 @@
+// The streaming quantizer (sm_90): a persistent grid of thread-block clusters that take the heads of q, k and v in
+// turn, one head per cluster at a time, each head read from global memory once.
+//
+// A block stages its share of the head in shared memory by cp.async, every thread its own 16-byte vectors, so the
+// staged values need no barrier. The blocks of a cluster meet once per head, through distributed shared memory, for
+// the head's amax. While a block encodes a head it already loads its share of the cluster's next head into the
+// vectors it has just encoded: the loads of one head overlap the encode of the one before, and the clusters are
+// launched once, not once per head (the cluster kernel, quantize_cluster.cu, launches a cluster per head and holds
+// its share in registers).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "../common/attention_common.cuh"
+#include "../common/fp8.h"
+#include "../common/ptx.cuh"
+#include "../dispatch/launch.h"
+#include "encode.cuh"
+#include "quantize_common.cuh"
+
+namespace sdpa {
+namespace {
+
+using quantize::block_max;
+using quantize::kQuantThreads;
+using quantize::tensor_of;
+
+constexpr int kMaxStreamCtas = 16;
+// A block's share of a head: as few blocks as keep it within kShareBytes (a cluster per head then spreads over as
+// few SMs as hold several blocks each), up to kMaxStreamCtas, beyond which the shares grow up to what a block may
+// stage.
+constexpr int64_t kShareBytes = 32 * 1024;
+
+// The 16-byte vectors of head `index` (of all the tensors) that cluster block `rank` of `ctas` stages: vectors
+// [begin, begin + count) of the head, in row-major order.
+template <typename T>
+struct HeadShare {
+  static constexpr int kVec = 16 / sizeof(T);
+  const QuantizeParams* p;
+  const T* x;  // the head's first value
+  int head;    // within its tensor
+  int vecs_per_row, begin, count;
+
+  __device__ HeadShare(const QuantizeHeadsParams& b, int index, int ctas, int rank) {
+    const int t = tensor_of(b, index);
+    p = &b.tensors[t];
+    head = index - b.first_block[t];
+    x = static_cast<const T*>(p->x) + (head / p->heads) * p->x_batch_stride + (head % p->heads) * p->x_head_stride;
+    vecs_per_row = p->cols / kVec;
+    const int vecs = p->rows * vecs_per_row, per_block = (vecs + ctas - 1) / ctas;
+    begin = min(vecs, rank * per_block);
+    count = min(vecs, begin + per_block) - begin;
+  }
+
+  __device__ const T* vector(int k) const {
+    const int i = begin + k;
+    return x + static_cast<int64_t>(i / vecs_per_row) * p->x_row_stride + i % vecs_per_row * kVec;
+  }
+  __device__ uint8_t* codes(int k) const {
+    return p->codes + static_cast<int64_t>(head) * p->rows * p->cols + static_cast<int64_t>(begin + k) * kVec;
+  }
+};
+
+// Starts the copies of the block's share of a head into `staged`, as one cp.async group.
+template <typename T>
+__device__ __forceinline__ void stage_share(const HeadShare<T>& share, uint4* staged) {
+  for (int k = threadIdx.x; k < share.count; k += kQuantThreads) cp_async_16(staged + k, share.vector(k), true);
+  cp_async_commit();
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const QuantizeHeadsParams b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int kVec = HeadShare<T>::kVec;
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int ctas = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+  const int clusters = static_cast<int>(gridDim.x) / ctas, heads = b.first_block[b.count];
+  extern __shared__ __align__(16) uint4 staged[];  // the block's share of the head, vector k at staged[k]
+  // The block's amax of a head, by the parity of the cluster's head count: a block writes a parity again only after
+  // the next head's cluster barrier, which every block reaches after reading the other blocks' amax of this one.
+  __shared__ float share_amax[2];
+  __shared__ float head_scale;
+  allow_next_grid_launch();
+  wait_for_previous_grids();  // launched overlapping the previous kernel, which may write the inputs
+  int index = static_cast<int>(blockIdx.x) / ctas;
+  if (index < heads) stage_share(HeadShare<T>(b, index, ctas, rank), staged);
+  for (int n = 0; index < heads; ++n, index += clusters) {
+    const HeadShare<T> share(b, index, ctas, rank);
+    cp_async_wait<0>();  // this thread's vectors of the head (it reads only those before the barrier below)
+    float amax = 0.0f;
+    for (int k = threadIdx.x; k < share.count; k += kQuantThreads) {
+      const T* elems = reinterpret_cast<const T*>(staged + k);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
+    }
+    amax = block_max(amax);
+    if (threadIdx.x == 0) share_amax[n % 2] = amax;
+    cluster.sync();  // every block's amax of the head is in its shared memory
+    if (threadIdx.x < 32) {
+      amax = threadIdx.x < ctas ? *cluster.map_shared_rank(&share_amax[n % 2], threadIdx.x) : 0.0f;
+      amax = group_max<32>(amax);
+      if (threadIdx.x == 0) head_scale = scale_from_amax(amax);
+    }
+    __syncthreads();
+    const E4m3Divisor scale(head_scale);
+    if (rank == 0 && threadIdx.x == 0) share.p->scale[share.head] = scale.scale;
+    // Each vector, once encoded, makes room for the same vector of the next head's share: the thread's own, which
+    // it has just read. (Two buffers, the next head's copies started before this head's amax, took 91.5 against
+    // 87.9 us at 4x16x2048x128 and 166.4 against 154.4 at 4x32x2048x128: fewer blocks fit an SM.)
+    const int next = index + clusters;
+    const HeadShare<T> after(b, next < heads ? next : index, ctas, rank);
+    const int after_count = next < heads ? after.count : 0;
+    for (int k = threadIdx.x; k < max(share.count, after_count); k += kQuantThreads) {
+      if (k < share.count) {
+        float values[kVec];
+        const T* elems = reinterpret_cast<const T*>(staged + k);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) values[e] = to_float(elems[e]);
+        store_codes<kVec>(share.codes(k), values, scale);
+      }
+      if (k < after_count) cp_async_16(staged + k, after.vector(k), true);
+    }
+    cp_async_commit();
+  }
+  cluster.sync();  // no block leaves while another may still read its share_amax
+#endif
+}
+
+// The cluster shape of a batch: blocks per cluster and the shared memory each stages.
+struct StreamShape {
+  int ctas;
+  int64_t smem_bytes;
+};
+
+StreamShape stream_shape(const QuantizeHeadsParams& b) {
+  int64_t vectors = 0;  // of the largest head
+  for (int t = 0; t < b.count; ++t) {
+    const QuantizeParams& p = b.tensors[t];
+    const int64_t value_bytes = p.x_type == InputType::kFloat32 ? 4 : 2;
+    vectors = std::max(vectors, static_cast<int64_t>(p.rows) * p.cols * value_bytes / 16);
+  }
+  const int64_t ctas = std::clamp<int64_t>((vectors * 16 + kShareBytes - 1) / kShareBytes, 1, kMaxStreamCtas);
+  return {static_cast<int>(ctas), (vectors + ctas - 1) / ctas * 16};
+}
+
+cudaLaunchConfig_t stream_config(const StreamShape& shape, cudaStream_t stream, cudaLaunchAttribute (&attrs)[2]) {
+  cudaLaunchConfig_t config = {};
+  config.stream = stream;
+  config.blockDim = dim3(kQuantThreads);
+  config.gridDim = dim3(shape.ctas);
+  config.dynamicSmemBytes = static_cast<size_t>(shape.smem_bytes);
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = shape.ctas;
+  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see wait_for_previous_grids
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  return config;
+}
+
+// Clusters of this shape the current device runs at once (0: none), asked once per device, input type and shape.
+template <typename T>
+int resident_clusters(const StreamShape& shape) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int64_t>, int> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, shape.ctas, shape.smem_bytes);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const auto kernel = quantize_stream_kernel<T>;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t config = stream_config(shape, nullptr, attrs);
+  // The kernel may take what a block may have beside its static shared memory: each launch asks for its own
+  // shape's part of it.
+  cudaFuncAttributes attributes = {};
+  int most_smem = 0, clusters = 0;
+  const bool asked =
+      cudaDeviceGetAttribute(&most_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+      cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+      (most_smem -= static_cast<int>(attributes.sharedSizeBytes)) >= shape.smem_bytes &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most_smem) == cudaSuccess &&
+      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess;
+  cudaGetLastError();  // a refusal above is an answer, not an error of a launch
+  return known[key] = asked ? clusters : 0;
+}
+
+int resident_clusters_of(const QuantizeHeadsParams& b, const StreamShape& shape) {
+  int clusters = 0;
+  with_input_type(b.tensors[0].x_type, [&](auto value) {
+    clusters = resident_clusters<decltype(value)>(shape);
+    return cudaSuccess;
+  });
+  return clusters;
+}
+
+}  // namespace
+
+// Heads up to 16 shares of kShareBytes (512 KB: 2048 x 128 in fp16). Larger shares were slower than two passes: at
+// 1x16x8192x128 (128 KB a block, one block per SM) 131.4 against 115.8 us.
+bool quantize_heads_by_stream(const QuantizeHeadsParams& b, int sm) {
+  const StreamShape shape = stream_shape(b);
+  return sm >= 90 && b.vectorized && !quantize::smooths(b) && shape.smem_bytes <= kShareBytes &&
+         resident_clusters_of(b, shape) > 0;
+}
+
+cudaError_t launch_quantize_heads_stream(const QuantizeHeadsParams& b, cudaStream_t stream) {
+  const StreamShape shape = stream_shape(b);
+  const int resident = resident_clusters_of(b, shape), heads = b.first_block[b.count];
+  if (resident <= 0) return cudaErrorInvalidConfiguration;
+  // As many clusters as take the heads in the fewest turns: at 192 heads and 33 resident clusters, 32 of 6 heads.
+  const int turns = (heads + resident - 1) / resident, clusters = (heads + turns - 1) / turns;
+  return with_input_type(b.tensors[0].x_type, [&](auto value) {
+    using T = decltype(value);
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t config = stream_config(shape, stream, attrs);
+    config.gridDim = dim3(static_cast<unsigned>(clusters * shape.ctas));
+    return cudaLaunchKernelEx(&config, quantize_stream_kernel<T>, b);
+  });
+}
+
+}  // namespace sdpa
