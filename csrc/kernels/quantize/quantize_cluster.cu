@@ -26,6 +26,7 @@ using quantize::kQuantThreads;
 using quantize::smooths;
 using quantize::smoothing_stats_bytes;
 using quantize::tensor_of;
+using quantize::vector_amax;
 
 // The cluster kernel (sm_90): a cluster of blocks per head, each holding its share of the head in registers (at
 // most kHeldVectors 16-byte vectors per thread). The blocks' amaxes meet through distributed shared memory, so
@@ -106,9 +107,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth ? 4 : 0)
     const int i = begin + threadIdx.x + j * kClusterThreads;
     if (i < end) {
       held[j] = *reinterpret_cast<const uint4*>(x + (i / vecs_per_row) * p.x_row_stride + i % vecs_per_row * kVec);
-      const T* elems = reinterpret_cast<const T*>(&held[j]);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
+      amax = fmaxf(amax, vector_amax<T>(held[j]));
     }
   }
   __shared__ float block_amax, head_scale;
@@ -155,6 +154,9 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth ? 4 : 0)
   __syncthreads();
   const float scale = head_scale;
   if (rank == 0 && threadIdx.x == 0) p.scale[head] = scale;
+  // Smoothing divides (E4m3Division): with the reciprocal's bounds the bf16 kernel spilled 2 bytes at its 64
+  // registers.
+  using Divisor = std::conditional_t<kSmooth, E4m3Division, E4m3Divisor>;
   // The means, gathered by cluster_smoothed_amax, are read with each vector: held in registers beside the held
   // values they took bf16 past four blocks' 64.
   const float* shift = smooth ? cluster_stats + column : nullptr;
@@ -170,7 +172,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth ? 4 : 0)
       const T* elems = reinterpret_cast<const T*>(&held[j]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) values[e] = to_float(elems[e]) - (smooth ? shift[e] : 0.0f);
-      store_codes<kVec>(codes + static_cast<int64_t>(i) * kVec, values, scale);
+      store_codes<kVec>(codes + static_cast<int64_t>(i) * kVec, values, Divisor(scale));
     }
   }
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");

@@ -1,9 +1,13 @@
-// What the quantizer's kernels share (quantize_two_pass.cu, quantize_heads.cu, quantize_cluster.cu): the block size
-// of the two-pass and cluster kernels, a block-wide max, which tensor of a batch a head belongs to, and the shared
-// memory smoothing needs.
+// What the quantizer's kernels share (quantize_two_pass.cu, quantize_heads.cu, quantize_cluster.cu,
+// quantize_stream.cu): the block size of the two-pass and cluster kernels, a block-wide max, a vector's amax, which
+// tensor of a batch a head belongs to, and the shared memory smoothing needs.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
+#include <type_traits>
 
 #include "../common/attention_common.cuh"
 #include "../common/params.h"
@@ -23,6 +27,23 @@ __device__ __forceinline__ float block_max(float x) {
   __syncthreads();
   x = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
   return group_max<32>(x);
+}
+
+// The largest |value| of a 16-byte vector of T, NaNs ignored as fmaxf ignores them. 16-bit values pairwise by
+// half2 / bfloat162 max, which selects a value without rounding it: the same result as in fp32, in half the
+// instructions (the quantizer issued at 68% of its peak rate, ncu, H100).
+template <typename T>
+__device__ __forceinline__ float vector_amax(const uint4& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fmaxf(fmaxf(fabsf(__uint_as_float(v.x)), fabsf(__uint_as_float(v.y))),
+                 fmaxf(fabsf(__uint_as_float(v.z)), fabsf(__uint_as_float(v.w))));
+  } else {
+    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const Pair* pairs = reinterpret_cast<const Pair*>(&v);
+    const Pair m =
+        __hmax2(__hmax2(__habs2(pairs[0]), __habs2(pairs[1])), __hmax2(__habs2(pairs[2]), __habs2(pairs[3])));
+    return fmaxf(__low2float(m), __high2float(m));
+  }
 }
 
 // The index of the tensor whose heads include head `index` of all tensors.

@@ -20,6 +20,7 @@ using quantize::block_max;
 using quantize::smooths;
 using quantize::smoothing_stats_bytes;
 using quantize::tensor_of;
+using quantize::vector_amax;
 
 constexpr int kHeadThreads = 512;
 
@@ -51,9 +52,11 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     const int row = i / vecs_per_row, col = i % vecs_per_row * kVec;
     const Vec v = *reinterpret_cast<const Vec*>(x + row * p.x_row_stride + col * p.x_col_stride);
     reinterpret_cast<Vec*>(values)[slot(i)] = v;
-    const T* elems = reinterpret_cast<const T*>(&v);
-#pragma unroll
-    for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
+    if constexpr (kVec == 1) {
+      amax = fmaxf(amax, fabsf(to_float(v)));
+    } else {
+      amax = fmaxf(amax, vector_amax<T>(v));
+    }
   }
   __shared__ float warp_max[kHeadThreads / 32];
   amax = group_max<32>(amax);

@@ -31,6 +31,7 @@ namespace {
 using quantize::block_max;
 using quantize::kQuantThreads;
 using quantize::tensor_of;
+using quantize::vector_amax;
 
 constexpr int kMaxStreamCtas = 16;
 // A block's share of a head: as few blocks as keep it within kShareBytes (a cluster per head then spreads over as
@@ -96,11 +97,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
     const HeadShare<T> share(b, index, ctas, rank);
     cp_async_wait<0>();  // this thread's vectors of the head (it reads only those before the barrier below)
     float amax = 0.0f;
-    for (int k = threadIdx.x; k < share.count; k += kQuantThreads) {
-      const T* elems = reinterpret_cast<const T*>(staged + k);
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) amax = fmaxf(amax, fabsf(to_float(elems[e])));
-    }
+    for (int k = threadIdx.x; k < share.count; k += kQuantThreads) amax = fmaxf(amax, vector_amax<T>(staged[k]));
     amax = block_max(amax);
     if (threadIdx.x == 0) share_amax[n % 2] = amax;
     cluster.sync();  // every block's amax of the head is in its shared memory
