@@ -33,10 +33,10 @@ using quantize::kQuantThreads;
 using quantize::tensor_of;
 using quantize::vector_amax;
 
+// A block's share of a head: as few blocks as keep it within kShareBytes, so that several blocks (of different
+// clusters) share an SM and one's loads run while another waits at its cluster barrier; heads beyond kMaxStreamCtas
+// shares take other kernels (quantize_heads_by_stream).
 constexpr int kMaxStreamCtas = 16;
-// A block's share of a head: as few blocks as keep it within kShareBytes (a cluster per head then spreads over as
-// few SMs as hold several blocks each), up to kMaxStreamCtas, beyond which the shares grow up to what a block may
-// stage.
 constexpr int64_t kShareBytes = 32 * 1024;
 
 // The 16-byte vectors of head `index` (of all the tensors) that cluster block `rank` of `ctas` stages: vectors
