@@ -60,7 +60,7 @@ struct E4m3Division {
 template <int kVec, class Divisor>
 __device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVec], const Divisor& divisor) {
   if constexpr (kVec == 1) {
-    *codes = float_to_e4m3(__fdiv_rn(x[0], divisor.scale));
+    *codes = quantize_e4m3(x[0], divisor.scale);
   } else {
     uint16_t pairs[kVec / 2];
 #pragma unroll

@@ -22,6 +22,8 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::cluster_launch_config;
+using quantize::head_values;
 using quantize::kQuantThreads;
 using quantize::smooths;
 using quantize::smoothing_stats_bytes;
@@ -88,7 +90,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth ? 4 : 0)
   const int t = tensor_of(b, index);
   const QuantizeParams& p = b.tensors[t];
   const int head = index - b.first_block[t];
-  const T* x = static_cast<const T*>(p.x) + (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+  const T* x = head_values<T>(p, head);
   const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
   const int per_block = (vecs + ctas - 1) / ctas;
   const int begin = rank * per_block, end = min(vecs, begin + per_block);
@@ -231,15 +233,9 @@ cudaError_t launch_heads_cluster_typed(const QuantizeHeadsParams& b, bool fewest
   config.dynamicSmemBytes = smoothing_stats_bytes(b, kClusterThreads / 32);
   const int most = cluster_ctas<T, kSmooth>(config);
   const int ctas = fewest ? fewest_ctas(b, most) : most;
-  config.gridDim = dim3(static_cast<unsigned>(b.first_block[b.count]) * ctas);
   cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = ctas;
-  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see wait_for_previous_grids
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = 2;
+  config = cluster_launch_config(static_cast<unsigned>(b.first_block[b.count]) * ctas, ctas, config.dynamicSmemBytes,
+                                 stream, attrs);
   return cudaLaunchKernelEx(&config, quantize_heads_cluster_kernel<T, kSmooth>, b);
 }
 

@@ -1,6 +1,6 @@
 // What the quantizer's kernels share (quantize_two_pass.cu, quantize_heads.cu, quantize_cluster.cu,
-// quantize_stream.cu): the block size of the two-pass and cluster kernels, a block-wide max, a vector's amax, which
-// tensor of a batch a head belongs to, and the shared memory smoothing needs.
+// quantize_stream.cu): the block size of the two-pass and cluster kernels, where a head starts, a block-wide max, a
+// vector's amax, which tensor of a batch a head belongs to, the shared memory smoothing needs, and a cluster launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,6 +17,15 @@ namespace sdpa {
 namespace quantize {
 
 constexpr int kQuantThreads = 256;
+
+// Where head `head` (of B x H, batch-major) of p starts, in values of its input type.
+__device__ __forceinline__ int64_t head_offset(const QuantizeParams& p, int head) {
+  return (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+}
+template <typename T>
+__device__ __forceinline__ const T* head_values(const QuantizeParams& p, int head) {
+  return static_cast<const T*>(p.x) + head_offset(p, head);
+}
 
 // The max over a block of kThreads (at most 1024) threads; valid in warp 0.
 template <int kThreads = kQuantThreads>
@@ -70,6 +79,25 @@ inline int smoothing_stats_bytes(const QuantizeHeadsParams& b, int warps) {
     if (b.tensors[t].shift != nullptr) cols = std::max(cols, b.tensors[t].cols);
   }
   return cols == 0 ? 0 : channel_stats_floats(warps, cols) * static_cast<int>(sizeof(float));
+}
+
+// A launch of `blocks` blocks of kQuantThreads in clusters of `ctas`, which may start while the kernel ahead on the
+// stream still runs (programmatic stream serialization: see wait_for_previous_grids); the config points into attrs.
+inline cudaLaunchConfig_t cluster_launch_config(unsigned blocks, int ctas, size_t smem_bytes, cudaStream_t stream,
+                                                cudaLaunchAttribute (&attrs)[2]) {
+  cudaLaunchConfig_t config = {};
+  config.stream = stream;
+  config.blockDim = dim3(kQuantThreads);
+  config.gridDim = dim3(blocks);
+  config.dynamicSmemBytes = smem_bytes;
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = ctas;
+  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = 2;
+  return config;
 }
 
 }  // namespace quantize

@@ -17,6 +17,7 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::head_values;
 using quantize::smooths;
 using quantize::smoothing_stats_bytes;
 using quantize::tensor_of;
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
   const int t = tensor_of(b, blockIdx.x);
   const QuantizeParams& p = b.tensors[t];
   const int head = blockIdx.x - b.first_block[t];
-  const T* x = static_cast<const T*>(p.x) + (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+  const T* x = head_values<T>(p, head);
   const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
   // kSmooth stages vector (row, c) at c ^ (row % vecs_per_row) of its row (vecs_per_row is a power of two there):
   // the statistics then read one column down 32 rows from 8 bank groups, not all from one.

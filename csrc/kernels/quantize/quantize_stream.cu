@@ -29,6 +29,8 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::cluster_launch_config;
+using quantize::head_values;
 using quantize::kQuantThreads;
 using quantize::tensor_of;
 using quantize::vector_amax;
@@ -53,7 +55,7 @@ struct HeadShare {
     const int t = tensor_of(b, index);
     p = &b.tensors[t];
     head = index - b.first_block[t];
-    x = static_cast<const T*>(p->x) + (head / p->heads) * p->x_batch_stride + (head % p->heads) * p->x_head_stride;
+    x = head_values<T>(*p, head);
     vecs_per_row = p->cols / kVec;
     const int vecs = p->rows * vecs_per_row, per_block = (vecs + ctas - 1) / ctas;
     begin = min(vecs, rank * per_block);
@@ -149,19 +151,7 @@ StreamShape stream_shape(const QuantizeHeadsParams& b) {
 }
 
 cudaLaunchConfig_t stream_config(const StreamShape& shape, cudaStream_t stream, cudaLaunchAttribute (&attrs)[2]) {
-  cudaLaunchConfig_t config = {};
-  config.stream = stream;
-  config.blockDim = dim3(kQuantThreads);
-  config.gridDim = dim3(shape.ctas);
-  config.dynamicSmemBytes = static_cast<size_t>(shape.smem_bytes);
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = shape.ctas;
-  attrs[0].val.clusterDim.y = attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;  // see wait_for_previous_grids
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attrs;
-  config.numAttrs = 2;
-  return config;
+  return cluster_launch_config(shape.ctas, shape.ctas, static_cast<size_t>(shape.smem_bytes), stream, attrs);
 }
 
 // Clusters of this shape the current device runs at once (0: none), asked once per device, input type and shape.

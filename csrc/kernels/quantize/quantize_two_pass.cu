@@ -20,6 +20,7 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::head_offset;
 using quantize::kQuantThreads;
 
 constexpr int kMaxChunks = 64;
@@ -38,7 +39,7 @@ struct Slice {
     row_begin = min(p.rows, chunk * rows_per_chunk);
     vectors_per_row = p.cols / kVec;
     vectors = (min(p.rows, row_begin + rows_per_chunk) - row_begin) * vectors_per_row;
-    x_offset = (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;
+    x_offset = head_offset(p, head);
   }
   __device__ int row(int i) const { return row_begin + i / vectors_per_row; }
   __device__ int col(int i) const { return i % vectors_per_row * kVec; }
