@@ -41,9 +41,10 @@ void print_sizes() {
       {"wgmma_m192", WgmmaConfig<kHeadDim, false, false, kHeadDim == 64 ? 3 : 2>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
       {"wgmma_fp8+fp8_pv", WgmmaConfig<kHeadDim, true, false, 2, true>::kSmemBytes},
-      // The largest of the packed-row widths: 16 rows, 12 slots of codes (DecodeConfig::kSlots).
+      // The largest of the packed-row widths: 16 rows, 12 slots of codes (DecodeConfig::kSlots). On sm_90 both
+      // variants run 16-row blocks with deeper rings, counted under the sm_90-only `decode_wgmma`.
       {"decode", DecodeConfig<kHeadDim, 1>::kSmemBytes},
-      {"decode_wgmma", std::max(DecodeConfig<kHeadDim, 1>::kSmemBytes,
+      {"decode_wgmma", std::max(DecodeConfig<kHeadDim, 1, DecodeByWarps, true>::kSmemBytes,
                                 DecodeConfig<kHeadDim, 4, DecodeByWgmma>::kSmemBytes)},
   };
   for (const auto& s : sizes) std::printf("%s %d %d\n", s.name, kHeadDim, s.bytes);

@@ -18,15 +18,22 @@ int round_keys(const AttentionParams& p, int row_warps) {
   return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
 }
 
+// Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90.
+bool deep_rings() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+}
+
 DecodePlan current_plan(const AttentionParams& p, bool wgmma) {
   return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p), wgmma));
 }
 
-template <int kRowGroups, class Mma = DecodeByWarps>
+template <int kRowGroups, class Mma = DecodeByWarps, bool kDeepRings = false>
 struct DecodeVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma>;
+    using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma, kDeepRings>;
     const DecodePlan plan = current_plan(p, Cfg::kWgmma);
     const dim3 grid(plan.splits, p.batch * p.heads_kv * plan.row_tiles);
     cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
@@ -39,9 +46,9 @@ struct DecodeVariant {
 
 }  // namespace
 
-template <int kRowGroups, class Mma = DecodeByWarps>
+template <int kRowGroups, class Mma = DecodeByWarps, bool kDeepRings = false>
 int blocks_per_sm() {
-  using Cfg = DecodeConfig<128, kRowGroups, Mma>;
+  using Cfg = DecodeConfig<128, kRowGroups, Mma, kDeepRings>;
   const auto kernel = decode_attention_kernel<Cfg, __half>;
   int blocks = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
@@ -59,7 +66,7 @@ int decode_blocks_per_sm(int row_warps, bool wgmma) {
   const int shape = row_warps == 1 ? 0 : row_warps == 2 ? 1 : wgmma ? 3 : 2;
   int& blocks = cached[device][shape];
   if (blocks == 0) {
-    blocks = shape == 0   ? blocks_per_sm<1>()
+    blocks = shape == 0   ? (deep_rings() ? blocks_per_sm<1, DecodeByWarps, true>() : blocks_per_sm<1>())
              : shape == 1 ? blocks_per_sm<2>()
              : shape == 2 ? blocks_per_sm<4>()
                           : blocks_per_sm<4, DecodeByWgmma>();
@@ -97,7 +104,8 @@ template <class WideMma>
 cudaError_t launch_by_width(const AttentionParams& p, cudaStream_t stream) {
   switch (decode_row_warps(p)) {
     case 1:
-      return launch_variant<DecodeVariant<1>>(p, stream);
+      return deep_rings() ? launch_variant<DecodeVariant<1, DecodeByWarps, true>>(p, stream)
+                          : launch_variant<DecodeVariant<1>>(p, stream);
     case 2:
       return launch_variant<DecodeVariant<2>>(p, stream);
     default:

@@ -51,11 +51,14 @@ struct DecodeByWgmma {
   static constexpr bool kWgmma = true;
 };
 
-template <int kHeadDim_, int kRowGroups_, class Mma = DecodeByWarps>
+// kDeepRings: 16-row blocks with 16 slots instead of 12 (below), 128 KB of shared memory: sm_90 only (sm_89 gives a
+// block at most 99 KB; sm_80 keeps 12 slots, not measured there).
+template <int kHeadDim_, int kRowGroups_, class Mma = DecodeByWarps, bool kDeepRings = false>
 struct DecodeConfig {
   static constexpr int kHeadDim = kHeadDim_, kRowGroups = kRowGroups_;
   static constexpr bool kWgmma = Mma::kWgmma;
   static_assert(!kWgmma || kRowGroups == 4, "a warpgroup multiplies 64 rows");
+  static_assert(!kDeepRings || kRowGroups == 1, "deeper rings for the 16-row blocks");
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
@@ -63,14 +66,19 @@ struct DecodeConfig {
   // (32 there: 69.8 against 52.7 us at 16x32x8x1x8192x64, H100, 1cb1359).
   static constexpr int kBlockN = kHeadDim == 64 ? 64 : 32;
   static constexpr int kTileBytes = kBlockN * kHeadDim;
-  // Slots of K + V codes per block: 12 (96 KB, 2 blocks per SM on an H100), 3 stages per group with 4 key groups
-  // and 6 with 2; with 64 rows, one key group of 8 stages (64 KB, 3 blocks per SM). 12 slots against 8 for every
-  // shape, graph us (H100, 2026-11-24, two runs; the combine kernel changed between them): 32x32x8x4096x128, one
-  // split, 97.8 / 108.6; 8x32x8x32768x128 at 16 queries (64 rows) 344.4 / 300.9; 16x32x8x8192x64 at one query
-  // 52.7 / 59.2 (1cb1359). The memory-bound rows want bytes in flight, the 64-row blocks more warps to hide the
-  // latency of their mma chains. The warpgroup keeps all of its 3 slots in flight, beside its fp16 tiles (K of two
-  // tiles, V of three): 64 KB, 3 blocks per SM.
-  static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : 12;
+  // Slots of K + V codes per block. A key group's ring of S stages keeps S - 1 tiles in flight while its warps read
+  // one, so fewer, deeper rings keep more bytes in flight: a pure read of these tiles (no math; 64 kv heads, one
+  // wave) streamed 537 MB at 4.14 TB/s through 3-stage rings of 4 warps and at 4.41-4.46 TB/s through 6- or 12-stage
+  // rings (H200, 2026-11-26). 16-row blocks (a warp per key group) on sm_90: 16 slots, 4 stages per group (128 KB,
+  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run: H200 8x32x8x1x4096x128 22.1 -> 21.7, 8x32x8x1x32768x128
+  // 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100 16x32x8x1x8192x64
+  // 50.8 -> 47.7, its D = 128 rows within 1.3% either way (32x32x8x1x4096x128 91.9 -> 93.0, 1x32x8x1x131072x128
+  // 95.1 -> 94.1); 20 slots measured no better on either GPU. 32-row blocks: 12 slots, 6 stages per group with 2
+  // key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3 blocks per SM); 12
+  // slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359): those blocks want more
+  // warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in flight, beside its
+  // fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
+  static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : kDeepRings ? 16 : 12;
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
   static constexpr int kRoundKeys = kSplits * kBlockN;  // keys the block takes per round
