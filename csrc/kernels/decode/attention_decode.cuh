@@ -59,6 +59,7 @@ struct DecodeConfig {
   static constexpr bool kWgmma = Mma::kWgmma;
   static_assert(!kWgmma || kRowGroups == 4, "a warpgroup multiplies 64 rows");
   static_assert(!kDeepRings || kRowGroups == 1, "deeper rings for the 16-row blocks");
+  static constexpr bool kDeep = kDeepRings;
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
@@ -158,10 +159,13 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
   }
 }
 
-// The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The warps' blocks
-// keep the default bound: spelled out as 1, it took their registers from 168 to 182-200 (nvcc 13.0, sm_90a).
+// The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The deep-ring blocks,
+// one per SM, say so: ptxas then gives them 186 registers instead of 168 at D = 128 and schedules the key loop with
+// fewer dependency stalls (harness, H100: 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 -> 49.8,
+// 8x32x8x1x32768x128 184.5 -> 182.5). The other warps' blocks keep the default bound (spelled out as 1, it took
+// their registers from 168 to 182-200; nvcc 13.0, sm_90a).
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : 0)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeep ? 1 : 0)
     decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
   // 128-byte aligned: the code rings' XOR swizzle assumes 128-byte rows on 128-byte boundaries (aligned to 16 only,
   // ldmatrix met bank conflicts and the Sq = 1 rows ran 6-14% slower, H100).
