@@ -53,13 +53,13 @@ struct DecodeByWgmma {
 
 // kDeepRings: 16-row blocks with 16 slots instead of 12 (below), 128 KB of shared memory: sm_90 only (sm_89 gives a
 // block at most 99 KB; sm_80 keeps 12 slots, not measured there).
-template <int kHeadDim_, int kRowGroups_, class Mma = DecodeByWarps, bool kDeepRings = false>
+template <int kHeadDim_, int kRowGroups_, class Mma = DecodeByWarps, bool kDeepRings_ = false>
 struct DecodeConfig {
   static constexpr int kHeadDim = kHeadDim_, kRowGroups = kRowGroups_;
+  static constexpr bool kDeepRings = kDeepRings_;
   static constexpr bool kWgmma = Mma::kWgmma;
   static_assert(!kWgmma || kRowGroups == 4, "a warpgroup multiplies 64 rows");
   static_assert(!kDeepRings || kRowGroups == 1, "deeper rings for the 16-row blocks");
-  static constexpr bool kDeep = kDeepRings;
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
@@ -71,14 +71,14 @@ struct DecodeConfig {
   // one, so fewer, deeper rings keep more bytes in flight: a pure read of these tiles (no math; 64 kv heads, one
   // wave) streamed 537 MB at 4.14 TB/s through 3-stage rings of 4 warps and at 4.41-4.46 TB/s through 6- or 12-stage
   // rings (H200, 2026-11-26). 16-row blocks (a warp per key group) on sm_90: 16 slots, 4 stages per group (128 KB,
-  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run: H200 8x32x8x1x4096x128 22.1 -> 21.7, 8x32x8x1x32768x128
-  // 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100 16x32x8x1x8192x64
-  // 50.8 -> 47.7, its D = 128 rows within 1.3% either way (32x32x8x1x4096x128 91.9 -> 93.0, 1x32x8x1x131072x128
-  // 95.1 -> 94.1); 20 slots measured no better on either GPU. 32-row blocks: 12 slots, 6 stages per group with 2
-  // key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3 blocks per SM); 12
-  // slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359): those blocks want more
-  // warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in flight, beside its
-  // fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
+  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run: H200 8x32x8x1x4096x128 22.1 -> 21.7,
+  // 8x32x8x1x32768x128 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100
+  // 16x32x8x1x8192x64 50.8 -> 47.7, its D = 128 rows within 1.3% either way (32x32x8x1x4096x128 91.9 -> 93.0,
+  // 1x32x8x1x131072x128 95.1 -> 94.1); 20 slots measured no better on either GPU. 32-row blocks: 12 slots, 6
+  // stages per group with 2 key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3
+  // blocks per SM); 12 slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359):
+  // those blocks want more warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in
+  // flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
   static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : kDeepRings ? 16 : 12;
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
@@ -165,7 +165,7 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
 // 8x32x8x1x32768x128 184.5 -> 182.5). The other warps' blocks keep the default bound (spelled out as 1, it took
 // their registers from 168 to 182-200; nvcc 13.0, sm_90a).
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeep ? 1 : 0)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRings ? 1 : 0)
     decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
   // 128-byte aligned: the code rings' XOR swizzle assumes 128-byte rows on 128-byte boundaries (aligned to 16 only,
   // ldmatrix met bank conflicts and the Sq = 1 rows ran 6-14% slower, H100).
