@@ -71,10 +71,11 @@ struct DecodeConfig {
   // one, so fewer, deeper rings keep more bytes in flight: a pure read of these tiles (no math; 64 kv heads, one
   // wave) streamed 537 MB at 4.14 TB/s through 3-stage rings of 4 warps and at 4.41-4.46 TB/s through 6- or 12-stage
   // rings (H200, 2026-11-26). 16-row blocks (a warp per key group) on sm_90: 16 slots, 4 stages per group (128 KB,
-  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run: H200 8x32x8x1x4096x128 22.1 -> 21.7,
-  // 8x32x8x1x32768x128 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100
-  // 16x32x8x1x8192x64 50.8 -> 47.7, its D = 128 rows within 1.3% either way (32x32x8x1x4096x128 91.9 -> 93.0,
-  // 1x32x8x1x131072x128 95.1 -> 94.1); 20 slots measured no better on either GPU. 32-row blocks: 12 slots, 6
+  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run, in builds whose key loop ptxas scheduled at
+  // 218 registers (see __launch_bounds__ below): H200 8x32x8x1x4096x128 22.1 -> 21.7, 8x32x8x1x32768x128
+  // 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100 16x32x8x1x8192x64
+  // 50.8 -> 47.7, its D = 128 rows within 1.3% either way; 20 slots no better on either GPU. In the benchmark
+  // (H100, across sessions) 16x32x8x1x8192x64 52.3 -> 50.8, the D = 128 rows within 2%. 32-row blocks: 12 slots, 6
   // stages per group with 2 key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3
   // blocks per SM); 12 slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359):
   // those blocks want more warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in
@@ -162,8 +163,9 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
 // The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The deep-ring blocks,
 // one per SM, say so: ptxas then gives them 186 registers instead of 168 at D = 128 and schedules the key loop with
 // fewer dependency stalls (harness, H100: 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 -> 49.8,
-// 8x32x8x1x32768x128 184.5 -> 182.5). The other warps' blocks keep the default bound (spelled out as 1, it took
-// their registers from 168 to 182-200; nvcc 13.0, sm_90a).
+// 8x32x8x1x32768x128 184.5 -> 182.5). The same loop scheduled at 218 registers (an experiment's never-run code path
+// compiled in) took 28.4, 48.0 and 181.0 us: a schedule still to be had on purpose. The other warps' blocks keep the
+// default bound (spelled out as 1, it took their registers from 168 to 182-200; nvcc 13.0, sm_90a).
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRings ? 1 : 0)
     decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
