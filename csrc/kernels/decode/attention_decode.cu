@@ -18,18 +18,12 @@ int round_keys(const AttentionParams& p, int row_warps) {
   return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
 }
 
-// Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. Asked
-// once per device, like decode_blocks_per_sm.
+// Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. A plain
+// attribute query, as multiprocessor_count makes on the same launch path.
 bool deep_rings() {
-  static int cached[64] = {};  // 0: not asked yet, 1: no, 2: yes
   int device = 0, major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return false;
-  if (cached[device] == 0) {
-    const bool hopper =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
-    cached[device] = hopper ? 2 : 1;
-  }
-  return cached[device] == 2;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
 
 DecodePlan current_plan(const AttentionParams& p, bool wgmma) {
