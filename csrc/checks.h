@@ -83,7 +83,8 @@ inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tenso
   check_same_device(v_scale, "v_scale", q);
 
   const AttentionDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
-  TORCH_CHECK(d.head_dim == 64 || d.head_dim == 128, "q: head dim (size(-1)) must be 64 or 128, got ", d.head_dim);
+  TORCH_CHECK(d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
+              "q: head dim (size(-1)) must be 64, 128 or 256, got ", d.head_dim);
   TORCH_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim, "k must have shape [B, Hkv, Sk, D] with B = ", d.batch,
               " and D = ", d.head_dim, " as in q, got ", k.sizes());
   TORCH_CHECK(v.sizes() == k.sizes(), "v must have the same shape as k ", k.sizes(), ", got ", v.sizes());

@@ -113,11 +113,14 @@ def dynamic_smem(nvcc):
 
 
 def format_smem(sizes, limit_bytes=99 * 1024):
-    rows = ["| variant | D=64 dynamic smem (B) | D=128 dynamic smem (B) |", "|---|---|---|"]
+    head_dims = sorted({d for _, d in sizes})
+    rows = ["| variant | " + " | ".join(f"D={d} dynamic smem (B)" for d in head_dims) + " |",
+            "|---" * (len(head_dims) + 1) + "|"]
     for name in dict.fromkeys(n for n, _ in sizes):
-        cells = [f"{sizes[(name, d)]}" + (" (over sm_89's 99 KB)" if sizes[(name, d)] > limit_bytes else "")
-                 for d in (64, 128)]
-        rows.append(f"| {name} | {cells[0]} | {cells[1]} |")
+        cells = [("-" if (name, d) not in sizes else
+                  f"{sizes[(name, d)]}" + (" (over sm_89's 99 KB)" if sizes[(name, d)] > limit_bytes else ""))
+                 for d in head_dims]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 

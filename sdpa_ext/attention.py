@@ -11,12 +11,14 @@ from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from sdpa_ext import ops
 from sdpa_ext.quant import quantize_fp8_qkv
+from sdpa_ext.variants import WIDE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-# Head dims with kernels. A smaller head dim runs zero-padded to the next one: zero dims add nothing to q k^T, leave
-# each head's amax (so its E4M3 codes) unchanged, and give zero output dims, cut off again; the softmax scale stays
-# that of the true head dim. Larger head dims run on torch SDPA (fallback_counts()).
-KERNEL_HEAD_DIMS = (64, 128)
+# Head dims with kernels (variant 'auto' has one for each; 256 only in the scalar, mma.sync and decode families). A
+# smaller head dim runs zero-padded to the next one: zero dims add nothing to q k^T, leave each head's amax (so its
+# E4M3 codes) unchanged, and give zero output dims, cut off again; the softmax scale stays that of the true head dim.
+# Larger head dims run on torch SDPA (fallback_counts()).
+KERNEL_HEAD_DIMS = WIDE_HEAD_DIMS
 
 # Keys are not smoothed by default: what it buys and costs, measured on an H100 (2026-11-24, fp16, graph us; SQNR of
 # the output against fp32 SDPA):
@@ -100,8 +102,9 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale [+ causal mask]) v with q, k, v quantized to E4M3 per head.
 
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
-    dtype. v may have a head dim of its own, as in torch. Head dims below 128 other than 64 run zero-padded to 64 or
-    128 (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in fallback_counts() and warned once.
+    dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
+    zero-padded to the next of those (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in
+    fallback_counts() and warned once.
     is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
     (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention also takes.
     smooth_keys quantizes each head's keys minus their mean key (quantize_fp8_qkv's smooth_k), which leaves the

@@ -322,7 +322,6 @@ def main(argv=None):
     device = "cuda" if cuda else "cpu"
     if args.preset == "decode":
         return run_decode(args, cuda)
-    variants = args.variant or (["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch())] if cuda else ["auto"])
     shapes = (args.shape or []) + (PRESETS[args.preset] if args.preset else [])
     shapes = shapes or PRESETS["mission"]
     env = environment(device)
@@ -333,7 +332,8 @@ def main(argv=None):
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
         shape_bench = ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds, args.sustained)
-        results.append(shape_bench.run(variants))
+        default = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), shape[3])] if cuda else ["auto"]
+        results.append(shape_bench.run(args.variant or default))
         if cuda:
             torch.cuda.empty_cache()  # the next shape's input sets may be larger
     for result in results:

@@ -14,6 +14,7 @@ ALL_ARCHS = ("sm_80", "sm_89", "sm_90")
 FP8_ARCHS = ("sm_89", "sm_90")  # FP8 mma.sync
 HOPPER_ARCHS = ("sm_90",)  # wgmma, built as sm_90a
 HEAD_DIMS = (64, 128)
+WIDE_HEAD_DIMS = (64, 128, 256)  # the scalar, mma.sync and decode families
 TIERS = {
     "full": "the numerics contract of DESIGN.md section 2: exact products, q k^T, softmax and P v accumulated in "
             "fp32, P in fp16 or fp32; variant='auto' picks among these",
@@ -42,18 +43,19 @@ class Variant:
 
 _VARIANTS = (
     Variant("scalar", 0, "full", (), "FMA loops over tiles decoded into shared memory, online softmax in fp32; "
-            "the readable baseline"),
+            "the readable baseline", head_dims=WIDE_HEAD_DIMS),
     Variant("cp_async", 1, "full", (), "scalar math; K/V code tiles double-buffered with cp.async so tile j+1 "
             "loads while tile j computes", aligned_rows=True),
     Variant("wmma", 2, "full", (), "tensor cores via WMMA 16x16x16 (fp16 after exact decode) for QK^T and PV; "
             "S, P and the O rescale staged in shared memory"),
     Variant("fused_softmax", 3, "full", ("swizzle",), "FlashAttention-2 style mma.sync m16n8k16: S, softmax and P "
-            "in registers, P re-packed as the A operand of PV; cp.async double buffer", aligned_rows=True),
+            "in registers, P re-packed as the A operand of PV; cp.async double buffer (32-key tiles at D = 256)",
+            aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
     Variant("pipe3", 4, "full", ("swizzle",), "fused_softmax with a three-stage cp.async ring for K/V",
-            aligned_rows=True),
+            aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
     Variant("warp_spec", 5, "full", ("2producers", "swizzle"), "one (or with 2producers two) producer warps load "
             "and decode K/V into a 2-stage ring, four consumer warps compute; named-barrier handoff",
-            aligned_rows=True),
+            aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
     Variant("fp8_mma", 6, "full", (), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T (on sm_90, where "
             "that instruction is fp16 HMMA on converted codes, Q converted once and the fp16 halves chained), V "
             "decoded in registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; 64-row "
@@ -87,12 +89,13 @@ _VARIANTS = (
             "once per kv head; the keys split across the GPU (flash-decoding) and merged through their lse; fp16 "
             "mma.sync on codes converted in registers; per-sequence key lengths (seqlens_k); q may be fp16/bf16/fp32, "
             "quantized by the kernel itself (up to 16 rows per head); variant='auto' takes it for up to 16 query "
-            "rows or with seqlens_k", aligned_rows=True),
+            "rows or with seqlens_k; at D = 256 16-key tiles and blocks of up to 32 rows", aligned_rows=True,
+            head_dims=WIDE_HEAD_DIMS),
     Variant("decode_wgmma", 8, "full", (), "decode whose 64-row blocks (more than 32 packed rows per kv head, e.g. "
             "16 queries of 4 query heads per kv head) run as one warpgroup: each K/V code tile converted once per "
             "block into fp16 tiles, QK^T and PV by fp16 wgmma (fp32 sums) while the next tile converts; blocks of "
-            "up to 32 rows as decode; variant='auto' takes it on sm_90",
-            archs=HOPPER_ARCHS, aligned_rows=True),
+            "up to 32 rows, and every block at D = 256, as decode; variant='auto' takes it on sm_90",
+            archs=HOPPER_ARCHS, aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
 )
 
 TOGGLE_DESCRIPTIONS = {
@@ -114,10 +117,12 @@ def variants() -> List[Variant]:
     return list(_VARIANTS)
 
 
-def variant_names(arch: Optional[str] = None) -> List[str]:
+def variant_names(arch: Optional[str] = None, head_dim: Optional[int] = None) -> List[str]:
     """Every built variant name, toggle combinations included, in ladder order; only those that run on `arch`
-    (e.g. "sm_90") when it is given."""
-    return [name for v in _VARIANTS if arch is None or arch in v.archs for name in v.builds()]
+    (e.g. "sm_90") and are built for `head_dim` when they are given."""
+    return [name for v in _VARIANTS
+            if (arch is None or arch in v.archs) and (head_dim is None or head_dim in v.head_dims)
+            for name in v.builds()]
 
 
 def device_arch(device=None) -> str:

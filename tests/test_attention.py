@@ -56,8 +56,11 @@ def gates_for(variant):
     return FAST if tier_of(variant) == "fast" else FULL
 
 
-def variants_for(device):
-    return ["auto"] if device == "cpu" else ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch())]
+def variants_for(device, head_dim=64):
+    """'auto', and on a GPU 'fast' and every variant it runs that is built for head_dim."""
+    if device == "cpu":
+        return ["auto"]
+    return ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), head_dim)]
 
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)
@@ -72,10 +75,13 @@ HEAD_DIM_128 = [(1, 2, 2, 64, 64, 128), (2, 4, 4, 129, 129, 128), (1, 2, 2, 513,
 # them partial tiles. On a GPU of up to 132 SMs `wgmma+predecode` decodes most of their kv heads inside the grid
 # (kv_decode_ahead.cuh): one chunk of keys or none per block, two, and five (its two code buffers reused).
 MANY_HEADS = [(4, 48, 12, 129, 257, 64), (3, 32, 32, 200, 200, 128), (8, 32, 8, 100, 1200, 128)]
+# D = 256 (the scalar and mma.sync families): a partial key tile of 32, GQA with Sq != Sk, a partial query tile.
+HEAD_DIM_256 = [(1, 2, 2, 64, 64, 256), (2, 4, 2, 129, 200, 256), (1, 2, 2, 513, 300, 256)]
 
 CASES = (
     [(*s, False) for s in CLASSIC]
-    + [(*s, c) for s in AWKWARD_S + UNEQUAL + GQA + HEAD_DIM_128 + MANY_HEADS for c in (False, True)]
+    + [(*s, c) for s in AWKWARD_S + UNEQUAL + GQA + HEAD_DIM_128 + MANY_HEADS + HEAD_DIM_256
+       for c in (False, True)]
     + [(1, 8, 8, 512, 512, 64, True), (1, 8, 8, 2048, 2048, 64, True)]
 )
 SEEDS = [0, 1, 2]
@@ -141,7 +147,7 @@ def test_matches_references(device, case, seed, record_error):
     deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
     ref_out, ref_lse = attention_float64(*deq, is_causal=is_causal)
     sdpa_out = sdpa_float32(q, k, v, is_causal=is_causal)
-    for variant in variants_for(device):
+    for variant in variants_for(device, case[5]):
         out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, is_causal=is_causal, variant=variant)
         assert out.dtype == torch.float16 and out.shape == q.shape and lse.shape == q.shape[:3]
         check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
@@ -210,7 +216,7 @@ def test_special_inputs(device, kind, is_causal, record_error):
 # Positive scores that grow along the keys (k scaled by a ramp from 2 to 40): most key tiles raise a row's max by
 # far more than the slack of 8 in log2 units (RowSoftmax::kMaxSlack), so the kernels that guess the max
 # (fragment_softmax.cuh) fall back on most tiles, and `wgmma` recomputes S there; |lse| reaches ~1700.
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_scores_rising_along_the_keys(device, head_dim, is_causal, record_error):
     gen = torch.Generator().manual_seed(5)
@@ -219,7 +225,7 @@ def test_scores_rising_along_the_keys(device, head_dim, is_causal, record_error)
     q8, qs, k8, ks, v8, vs = quantize_all(*(t.half().to(device) for t in (q, k, v)))
     deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
     ref_out, ref_lse = attention_float64(*deq, is_causal=is_causal)
-    for variant in variants_for(device):
+    for variant in variants_for(device, head_dim):
         out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, is_causal, variant=variant)
         check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
@@ -254,12 +260,12 @@ def test_strided_and_uint8_inputs_match_contiguous(device):
         assert torch.equal(out, strided_out) and torch.equal(lse, strided_lse)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_output_rows_anywhere_match_contiguous(device, head_dim):
     # Only the last dim of out must be contiguous. Rows 16 bytes apart from a 16-byte boundary take the kernels'
     # 16-byte stores; rows one element apart from an odd offset (not even 4-byte aligned) take the element-wise path.
     q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv((2, 4, 2, 77, 150, head_dim, True), 3, device))
-    for variant in variants_for(device):
+    for variant in variants_for(device, head_dim):
         out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True, variant=variant)
         for pad in (8, 1):
             wide = torch.full((2, 4, 77, head_dim + pad), float("nan"), dtype=torch.float16, device=device)
@@ -302,8 +308,9 @@ def test_drop_in_matches_sdpa(device, dtype, is_causal, smooth_keys, record_erro
     assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
 
 
-# (head dim of q and k, head dim of v): ViT-H/14 (80), ViT-g/14 (88), small heads, and v wider or narrower than q.
-PADDED_HEAD_DIMS = [(80, 80), (88, 88), (32, 32), (96, 40), (64, 128)]
+# (head dim of q and k, head dim of v): ViT-H/14 (80), ViT-g/14 (88), small heads, v wider or narrower than q, and
+# heads wider than 128 (to 256, whose kernels are the scalar and mma.sync families').
+PADDED_HEAD_DIMS = [(80, 80), (88, 88), (32, 32), (96, 40), (64, 128), (192, 192), (160, 96), (256, 256)]
 
 
 @pytest.mark.parametrize("dims", PADDED_HEAD_DIMS, ids=lambda d: f"qk{d[0]}-v{d[1]}")
@@ -343,10 +350,10 @@ def test_drop_in_smooths_keys_with_channel_offsets(device, head_dim):
 
 
 def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
-    q = torch.randn(1, 2, 16, 256, dtype=torch.float16)
-    reason = "head dim 256 > 128"
+    q = torch.randn(1, 2, 16, 320, dtype=torch.float16)
+    reason = "head dim 320 > 256"
     before = sdpa_ext.attention.fallback_counts().get(reason, 0)
-    with pytest.warns(UserWarning, match="head dim 256") if before == 0 else contextlib.nullcontext():
+    with pytest.warns(UserWarning, match="head dim 320") if before == 0 else contextlib.nullcontext():
         out = sdpa_ext.scaled_dot_product_attention(q, q, q, is_causal=True)
     assert torch.equal(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
     assert sdpa_ext.attention.fallback_counts()[reason] == before + 1

@@ -21,7 +21,8 @@ def decode_variants(device):
 # (B, Hq, Hkv, Sq, Sk, D). Packed rows per kv head (Hq / Hkv * Sq) of 4 to 160: one 16-row warp, two and four warps
 # (64-row tiles, by wgmma in decode_wgmma: full at 16 queries of 4 heads, 48 of 64 rows at 12), several row tiles
 # with a head across two of them (MQA, Sq = 5); one key; B = 1 at 20000 keys, whose keys split across many blocks
-# and a combine; B x Hkv = 96 heads, which need fewer splits.
+# and a combine; B x Hkv = 96 heads, which need fewer splits. D = 256 (16-key tiles): one warp; 48 packed rows in two
+# 32-row tiles (at most two warps a block there); MQA with 24 rows.
 CASES = [
     (2, 8, 2, 1, 1000, 64),
     (3, 32, 8, 1, 4097, 128),
@@ -34,6 +35,9 @@ CASES = [
     (1, 8, 8, 1, 1, 128),
     (1, 2, 1, 1, 20000, 64),
     (4, 8, 8, 16, 16, 128),
+    (2, 8, 4, 1, 3000, 256),
+    (1, 16, 4, 12, 700, 256),
+    (3, 8, 1, 3, 2000, 256),
 ]
 MASKS = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
 
@@ -107,14 +111,15 @@ def test_decode_matches_references(device, case, mask, with_seqlens, record_erro
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("case", [(3, 32, 8, 1, 500, 64), (2, 16, 4, 3, 700, 128), (1, 16, 2, 3, 300, 128),
-                                  (1, 32, 1, 5, 300, 64), (1, 8, 1, 12, 300, 128), (1, 8, 2, 40, 300, 64)],
+                                  (1, 32, 1, 5, 300, 64), (1, 8, 1, 12, 300, 128), (1, 8, 2, 40, 300, 64),
+                                  (2, 8, 4, 1, 300, 256), (1, 8, 1, 12, 300, 256)],
                          ids=case_id)
 def test_query_values_are_quantized_like_quantize_fp8(device, case, dtype):
     # A q of values runs exactly as its quantize_fp8 codes would: the decode kernel quantizes it itself (up to 16
     # rows per head), the op quantizes it first for the other kernels; either way the same codes and scales. Up to
     # 32 packed rows the kernel quantizes fp16/bf16 rows from registers (16 and 32 rows here), beyond that and for
-    # fp32 it reads each head twice; MQA at 5 and 12 queries puts a head across two 64-row blocks, whose amax then
-    # spans both.
+    # fp32 it reads each head twice; MQA at 5 and 12 queries puts a head across two 64-row blocks (32-row blocks at
+    # D = 256), whose amax then spans both.
     check_values_quantized_like_codes(*make_inputs(case, 1, device, dtype), device)
 
 
@@ -136,7 +141,8 @@ def test_query_values_in_other_layouts_are_quantized_like_quantize_fp8(device, l
 def check_values_quantized_like_codes(q, k, v, device):
     _, _, k8, ks, v8, vs = quantize_all(q, k, v)
     given = torch.rand(q.shape[:2], device=device) * 0.01 + 0.001  # also with a fixed scale
-    variants = decode_variants(device) + ([] if device == "cpu" else sdpa_ext.variant_names(sdpa_ext.device_arch()))
+    built = [] if device == "cpu" else sdpa_ext.variant_names(sdpa_ext.device_arch(), q.size(-1))
+    variants = decode_variants(device) + built
     for scale in (None, given):
         q8, qs = sdpa_ext.quantize_fp8(q, scale)
         for variant in dict.fromkeys(variants):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import sdpa_ext
+from conftest import CUDA_SKIP
 
 
 def valid_args(device, b=1, hq=4, hkv=2, sq=16, sk=24, d=64):
@@ -62,7 +63,13 @@ def test_shape_mismatch(device):
 
 
 def test_unsupported_head_dim(device):
-    expect_error(valid_args(device, d=96), r"head dim \(size\(-1\)\) must be 64 or 128, got 96")
+    expect_error(valid_args(device, d=96), r"head dim \(size\(-1\)\) must be 64, 128 or 256, got 96")
+
+
+@pytest.mark.skipif(CUDA_SKIP is not None, reason=CUDA_SKIP or "")
+def test_variant_not_built_for_the_head_dim():
+    expect_error(valid_args("cuda", d=256), r"variant 'wmma' is built for head dims 64 and 128, got 256",
+                 variant="wmma")
 
 
 def test_heads_not_a_multiple(device):

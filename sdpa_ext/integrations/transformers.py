@@ -33,10 +33,9 @@ from transformers.masking_utils import causal_mask_function, prepare_padding_mas
 from transformers.utils.import_utils import is_cuda_stream_capturing
 
 from sdpa_ext import ops
-from sdpa_ext.attention import SUPPORTED_DTYPES, scaled_dot_product_attention
+from sdpa_ext.attention import KERNEL_HEAD_DIMS, SUPPORTED_DTYPES, scaled_dot_product_attention
 from sdpa_ext.kv_cache import FP8KVCache
 from sdpa_ext.quant import dequantize_fp8
-from sdpa_ext.variants import HEAD_DIMS
 
 DEFAULT_NAME = "sdpa_ext"
 
@@ -51,7 +50,7 @@ FALLBACK_REASONS = {
     "attention_mask": "a materialized attention mask (padding, sliding windows, packed sequences)",
     "dropout": "dropout > 0",
     "position_bias": "an additive position bias",
-    "head_dim": f"a head dim other than {' or '.join(map(str, HEAD_DIMS))}",
+    "head_dim": f"a head dim other than {', '.join(map(str, KERNEL_HEAD_DIMS))}",
     "dtype": f"a query dtype other than {' or '.join(str(d).replace('torch.', '') for d in SUPPORTED_DTYPES)}",
     "requires_grad": "inputs that require grad (sdpa_ext has no backward)",
 }
@@ -231,7 +230,7 @@ def _fallback_reason(query, key, value, attention_mask, dropout, kwargs):
         return "dropout"
     if kwargs.get("position_bias") is not None:
         return "position_bias"
-    if query.size(-1) not in HEAD_DIMS or key.size(-1) != query.size(-1) or value.size(-1) != query.size(-1):
+    if query.size(-1) not in KERNEL_HEAD_DIMS or key.size(-1) != query.size(-1) or value.size(-1) != query.size(-1):
         return "head_dim"
     if query.dtype not in SUPPORTED_DTYPES:
         return "dtype"

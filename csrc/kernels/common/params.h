@@ -14,6 +14,9 @@ namespace sdpa {
 
 enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
 
+// Head dims: every variant takes 64 and 128; the scalar and mma.sync families (sm_80+) also take kWideHeadDim.
+constexpr int kWideHeadDim = 256;
+
 // How q reaches the kernel: E4M3 codes with q_scale, or values that the kernel quantizes per head itself (only the
 // decode variant; the host quantizes q for every other variant).
 enum class QueryType : int { kCodes = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };

@@ -31,15 +31,16 @@ struct DenseCodeLayout {
 };
 
 // A [rows][kCols] code buffer whose 16-byte chunks are XOR-swizzled so that the 8 rows an ldmatrix phase reads
-// at one chunk column land in 8 different bank groups (128-byte rows: chunk ^ row % 8; 64-byte rows:
+// at one chunk column land in 8 different bank groups (128- and 256-byte rows: chunk ^ row % 8; 64-byte rows:
 // chunk ^ (row / 2) % 4).
 template <int kCols>
 struct SwizzledCodeLayout {
   static constexpr int kChunks = kCols / 16;
-  static_assert(kChunks == 4 || kChunks == 8, "64- or 128-byte rows");
+  static_assert(kChunks == 4 || kChunks == 8 || kChunks == 16, "64-, 128- or 256-byte rows");
   static constexpr int kRowPeriod = 8;  // offset(r + kRowPeriod, c) = offset(r, c) + kRowPeriod * kCols
   __device__ static int offset(int row, int col) {
-    return row * kCols + ((col / 16) ^ (row * kChunks / 8 % kChunks)) * 16 + col % 16;
+    const int flip = kChunks == 4 ? row / 2 % 4 : row % 8;
+    return row * kCols + ((col / 16) ^ flip) * 16 + col % 16;
   }
 };
 

@@ -14,8 +14,7 @@ namespace {
 constexpr int kMinRoundsPerSplit = 4;
 
 int round_keys(const AttentionParams& p, int row_warps) {
-  const int block_n = p.head_dim == 64 ? DecodeConfig<64, 1>::kBlockN : DecodeConfig<128, 1>::kBlockN;
-  return DecodeConfig<64, 1>::kThreads / 32 / row_warps * block_n;
+  return DecodeConfig<64, 1>::kThreads / 32 / row_warps * (kDecodeTileBytes / p.head_dim);
 }
 
 // Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. A plain
@@ -105,10 +104,10 @@ template <class WideMma>
 cudaError_t launch_by_width(const AttentionParams& p, cudaStream_t stream) {
   switch (decode_row_warps(p)) {
     case 1:
-      return deep_rings() ? launch_variant<DecodeVariant<1, DecodeByWarps, true>>(p, stream)
-                          : launch_variant<DecodeVariant<1>>(p, stream);
+      return deep_rings() ? launch_variant<DecodeVariant<1, DecodeByWarps, true>, kWideHeadDim>(p, stream)
+                          : launch_variant<DecodeVariant<1>, kWideHeadDim>(p, stream);
     case 2:
-      return launch_variant<DecodeVariant<2>>(p, stream);
+      return launch_variant<DecodeVariant<2>, kWideHeadDim>(p, stream);
     default:
       return launch_variant<DecodeVariant<4, WideMma>>(p, stream);
   }

@@ -63,10 +63,11 @@ struct DecodeConfig {
   static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
-  // 32-key tiles at D = 128, where the 64 O accumulators leave room for 32 keys of S (as in fp8_mma); 64 at D = 64
-  // (32 there: 69.8 against 52.7 us at 16x32x8x1x8192x64, H100, 1cb1359).
-  static constexpr int kBlockN = kHeadDim == 64 ? 64 : 32;
-  static constexpr int kTileBytes = kBlockN * kHeadDim;
+  // Tiles of 4 KB of codes: 32 keys at D = 128, where the 64 O accumulators leave room for 32 keys of S (as in
+  // fp8_mma); 64 at D = 64 (32 there: 69.8 against 52.7 us at 16x32x8x1x8192x64, H100, 1cb1359); 16 at D = 256,
+  // whose 128 O accumulators leave room for little else, and whose ring slots then hold what D = 128's do.
+  static constexpr int kTileBytes = kDecodeTileBytes;
+  static constexpr int kBlockN = kTileBytes / kHeadDim;
   // Slots of K + V codes per block. A key group's ring of S stages keeps S - 1 tiles in flight while its warps read
   // one, so fewer, deeper rings keep more bytes in flight: a pure read of these tiles (no math; 64 kv heads, one
   // wave) streamed 537 MB at 4.14 TB/s through 3-stage rings of 4 warps and at 4.41-4.46 TB/s through 6- or 12-stage

@@ -3,8 +3,6 @@
 // out = sum_s w_s O_s / sum_s w_s with w_s = 2^(lse_s - max lse).
 #pragma once
 
-#include <type_traits>
-
 #include "../common/attention_common.cuh"
 #include "decode_plan.h"
 
@@ -43,6 +41,12 @@ __device__ __forceinline__ void store_merged_row(const AttentionParams& p, int64
 constexpr int kCombineWarps = 8;
 constexpr int kCombineBatch = 4;  // splits whose loads a warp issues before it uses any
 
+// A lane's kDims consecutive floats of a partial row (2, 4 or 8), loaded in as few 8- or 16-byte loads as hold them.
+template <int kDims>
+struct alignas(kDims >= 4 ? 16 : 4 * kDims) LaneDims {
+  float v[kDims];
+};
+
 // Merges the key splits of a row from the workspace (a block per row). Warp w takes splits w, w + 8, ..., a lane
 // kHeadDim / 32 dims of each, kCombineBatch splits' lse and O requested together, and keeps its own running max;
 // warp 0 then adds up the warps, each rescaled to the row's max. Up to 32 splits this is one round of loads: the
@@ -52,7 +56,7 @@ template <int kHeadDim, typename OutT>
 __global__ void __launch_bounds__(32 * kCombineWarps) decode_combine_kernel(const AttentionParams p,
                                                                           const DecodePlan plan) {
   constexpr int kDims = kHeadDim / 32;
-  using Dims = std::conditional_t<kDims == 4, float4, float2>;
+  using Dims = LaneDims<kDims>;
   __shared__ float warp_values[kCombineWarps][kHeadDim];
   __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -80,10 +84,9 @@ __global__ void __launch_bounds__(32 * kCombineWarps) decode_combine_kernel(cons
 #pragma unroll
     for (int j = 0; j < kCombineBatch; ++j) {
       const float w = fast_exp2(lse[j] - batch_max);  // 0 for a split that saw no key of the row, or none at all
-      const float* x = reinterpret_cast<const float*>(&o[j]);
       sum += w;
 #pragma unroll
-      for (int e = 0; e < kDims; ++e) value[e] += w * x[e];
+      for (int e = 0; e < kDims; ++e) value[e] += w * o[j].v[e];
     }
     m = batch_max;
   }

@@ -24,11 +24,15 @@ struct DecodePlan {
 
 // Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most; more
 // rows take more row tiles).
+// At D = 256 two warps at most: the Q codes of a block are staged in one ring slot of two 4 KB tiles.
 SDPA_HOST_DEVICE int decode_packed_rows(const AttentionParams& p) { return p.heads_q / p.heads_kv * p.seqlen_q; }
 SDPA_HOST_DEVICE int decode_row_warps(const AttentionParams& p) {
   const int rows = decode_packed_rows(p);
-  return rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+  return rows <= 16 ? 1 : rows <= 32 || p.head_dim == kWideHeadDim ? 2 : 4;
 }
+
+// Bytes of one K or V code tile of the decode kernel, at every head dim: its keys per tile are this over D.
+constexpr int kDecodeTileBytes = 4096;
 
 // Blocks of the decode kernel with `row_warps` warps along the rows (64-row blocks by wgmma when `wgmma`) resident
 // per SM on the current device, 0 when the runtime cannot say.

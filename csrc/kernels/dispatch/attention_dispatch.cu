@@ -22,33 +22,34 @@ struct VariantEntry {
   int min_sm;               // FP8 mma.sync needs sm_89
   int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
   bool tma;                 // loads through TMA descriptors, which cannot step a dimension with stride 0
+  int max_head_dim;         // 128, or kWideHeadDim where its launcher builds that too (launch_variant)
   WorkspaceBytes workspace = nullptr;  // scratch it needs (fp16 copies of K and V, partial rows of key splits)
   bool decode = false;                 // reads seqlens_k and quantizes a q of values itself (Sq <= 16)
 };
 
 constexpr VariantEntry kVariants[] = {
-    {"scalar", &launch_scalar, false, 80, 0, false},
-    {"cp_async", &launch_cp_async, true, 80, 0, false},
-    {"wmma", &launch_wmma, false, 80, 0, false},
-    {"fused_softmax", &launch_fused_softmax, true, 80, 0, false},
-    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, 0, false},
-    {"pipe3", &launch_pipe3, true, 80, 0, false},
-    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, 0, false},
-    {"warp_spec", &launch_warp_spec, true, 80, 0, false},
-    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, 0, false},
-    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0, false},
-    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0, false},
-    {"fp8_mma", &launch_fp8_mma, true, 89, 0, false},
-    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0, false},
-    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false},
-    {"fp8_split", &launch_fp8_split, true, 89, 0, false},
-    {"wgmma", &launch_wgmma, true, 90, 90, true},
-    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, &kv_decode_workspace_bytes},
-    {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true},
-    {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true},
-    {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true},
-    {"decode", &launch_decode, true, 80, 0, false, &decode_workspace_bytes, true},
-    {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, &decode_wgmma_workspace_bytes, true},
+    {"scalar", &launch_scalar, false, 80, 0, false, kWideHeadDim},
+    {"cp_async", &launch_cp_async, true, 80, 0, false, 128},
+    {"wmma", &launch_wmma, false, 80, 0, false, 128},
+    {"fused_softmax", &launch_fused_softmax, true, 80, 0, false, kWideHeadDim},
+    {"fused_softmax+swizzle", &launch_fused_softmax_swizzle, true, 80, 0, false, kWideHeadDim},
+    {"pipe3", &launch_pipe3, true, 80, 0, false, kWideHeadDim},
+    {"pipe3+swizzle", &launch_pipe3_swizzle, true, 80, 0, false, kWideHeadDim},
+    {"warp_spec", &launch_warp_spec, true, 80, 0, false, kWideHeadDim},
+    {"warp_spec+swizzle", &launch_warp_spec_swizzle, true, 80, 0, false, kWideHeadDim},
+    {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0, false, kWideHeadDim},
+    {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0, false, kWideHeadDim},
+    {"fp8_mma", &launch_fp8_mma, true, 89, 0, false, 128},
+    {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0, false, 128},
+    {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false, 128},
+    {"fp8_split", &launch_fp8_split, true, 89, 0, false, 128},
+    {"wgmma", &launch_wgmma, true, 90, 90, true, 128},
+    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, 128, &kv_decode_workspace_bytes},
+    {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true, 128},
+    {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true, 128},
+    {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128},
+    {"decode", &launch_decode, true, 80, 0, false, kWideHeadDim, &decode_workspace_bytes, true},
+    {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, kWideHeadDim, &decode_wgmma_workspace_bytes, true},
 };
 constexpr int kVariantCount = sizeof(kVariants) / sizeof(kVariants[0]);
 
@@ -151,7 +152,15 @@ const char* decode_variant_name(const AttentionParams& p, int sm) {
   return sm == 90 && decode_row_warps(p) == 4 ? "decode_wgmma" : "decode";
 }
 
+// Head dim 256 has the scalar, mma.sync and decode families only (kWideHeadDim). Of the mma.sync kernels (one
+// block of 4 consumer warps per SM at 253-255 registers) pipe3+swizzle is the fastest or within 1.5% of it: graph
+// us, pipe3+swizzle / fused_softmax+swizzle / warp_spec+2producers+swizzle / cuDNN, H100, 2026-11-26, one run of 3
+// rounds: 4x16x2048x256 1219 / 1227 / 1754 / 409, causal 708 / 710 / 984 / 260; 1x16x8192x256 4806 / 4822 / 6914
+// / 1541, causal 2688 / 2675 / 3658 / 937; causal 1x8x512x256 31.5 / 32.4 / 31.5 / 18.5.
+const char* wide_head_variant_name(const AttentionParams& p) { return decode_pays(p) ? "decode" : "pipe3+swizzle"; }
+
 const char* auto_variant_name(const AttentionParams& p, int sm) {
+  if (p.head_dim == kWideHeadDim) return wide_head_variant_name(p);
   if (decode_pays(p)) return decode_variant_name(p, sm);
   if (sm == 90 && (p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
@@ -198,6 +207,10 @@ int64_t attention_workspace_bytes(int variant, const AttentionParams& p) {
 }
 
 bool attention_variant_takes_seqlens(int variant) { return kVariants[variant].decode; }
+
+bool attention_variant_takes_head_dim(int variant, int head_dim) {
+  return head_dim == 64 || head_dim == 128 || head_dim == kVariants[variant].max_head_dim;
+}
 
 // The decode kernel stages the q rows of a block and takes the amax of its heads itself: heads of up to 16 rows.
 bool attention_variant_quantizes_q(int variant, const AttentionParams& p) {

@@ -19,6 +19,8 @@ int find_attention_variant(const char* name);
 // descriptors also need every dimension longer than 1 to have a non-zero stride).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
 bool attention_variant_uses_tma(int variant);
+// Whether a variant is built for a head dim: 64 and 128 for all, kWideHeadDim (params.h) for some.
+bool attention_variant_takes_head_dim(int variant, int head_dim);
 // Whether a variant reads per-batch key lengths (AttentionParams::seqlens_k); only `decode` does.
 bool attention_variant_takes_seqlens(int variant);
 // Whether a variant quantizes a q given as values itself (AttentionParams::q_type); the host quantizes q for the

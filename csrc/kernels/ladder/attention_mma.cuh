@@ -3,7 +3,7 @@
 //   kSwizzle       XOR-swizzled fp16 tiles in shared memory (the `swizzle` toggle)
 //   kProducers     0: every warp loads and computes; 1 or 2: dedicated producer warps (`warp_spec`)
 //
-// Four consumer warps own 16 query rows each (kBlockM = 64); per K/V tile of kBlockN = 64 keys a warp does
+// Four consumer warps own 16 query rows each (kBlockM = 64); per K/V tile of kBlockN keys a warp does
 //   S = Q K^T      mma.sync m16n8k16, Q fragments in registers, K via ldmatrix; S stays in registers
 //   m = max(m, rowmax(S)); P = exp2(S - m); l = l * alpha + rowsum(P)   (quad shuffles, fp32)
 //   O = O * alpha + P V   P re-packed from the S accumulators into A fragments, V via ldmatrix.trans
@@ -22,7 +22,9 @@ template <int kHeadDim_, int kStages_, bool kSwizzle_, int kProducers_>
 struct MmaConfig {
   static constexpr int kHeadDim = kHeadDim_, kStages = kStages_, kProducers = kProducers_;
   static constexpr bool kSwizzle = kSwizzle_;
-  static constexpr int kBlockM = 64, kBlockN = 64;
+  // 32-key tiles at D = 256: a warp's O (128 registers) and Q fragments (64) leave room for 32 keys of S (253-255
+  // registers, no spill), and the fp16 K/V rings stay within sm_89's 99 KB (64 KB, pipe3's 80 KB).
+  static constexpr int kBlockM = 64, kBlockN = kHeadDim > 128 ? 32 : 64;
   static constexpr int kConsumerWarps = kBlockM / 16;
   static constexpr int kConsumerThreads = kConsumerWarps * 32;
   static constexpr int kThreads = kConsumerThreads + kProducers * 32;

@@ -6,16 +6,16 @@
 namespace sdpa {
 
 cudaError_t launch_warp_spec(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<MmaVariant<2, false, 1>>(p, s);
+  return launch_variant<MmaVariant<2, false, 1>, kWideHeadDim>(p, s);
 }
 cudaError_t launch_warp_spec_swizzle(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<MmaVariant<2, true, 1>>(p, s);
+  return launch_variant<MmaVariant<2, true, 1>, kWideHeadDim>(p, s);
 }
 cudaError_t launch_warp_spec_2producers(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<MmaVariant<2, false, 2>>(p, s);
+  return launch_variant<MmaVariant<2, false, 2>, kWideHeadDim>(p, s);
 }
 cudaError_t launch_warp_spec_2producers_swizzle(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<MmaVariant<2, true, 2>>(p, s);
+  return launch_variant<MmaVariant<2, true, 2>, kWideHeadDim>(p, s);
 }
 
 }  // namespace sdpa

@@ -5,7 +5,9 @@
 
 namespace sdpa {
 
-cudaError_t launch_scalar(const AttentionParams& p, cudaStream_t s) { return launch_variant<ScalarVariant<0>>(p, s); }
+cudaError_t launch_scalar(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<ScalarVariant<0>, kWideHeadDim>(p, s);
+}
 cudaError_t launch_cp_async(const AttentionParams& p, cudaStream_t s) { return launch_variant<ScalarVariant<2>>(p, s); }
 
 }  // namespace sdpa
