@@ -13,18 +13,21 @@ import sdpa_ext
 # a grid of 256 blocks whose kv heads from the 33rd on `wgmma+predecode` decodes inside the grid (three chunks of
 # keys per block through two buffers) on a GPU of up to 132 SMs, also causal (groups of 33 kv heads, the second
 # decoded in the grid); causal 600 x 600 at D = 64 has `wgmma_m192` groups that leave out the last of their block's
-# tiles, or all five (rows past seqlen_q).
+# tiles, or all five (rows past seqlen_q). D = 256 (the variants built for it): partial 32-key tiles, GQA, causal.
 CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40, 129, 128, True),
          (1, 2, 2, 129, 1, 128, False), (1, 2, 2, 130, 600, 64, False), (1, 2, 1, 200, 600, 128, True),
-         (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (1, 2, 2, 600, 600, 64, True)]
+         (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (1, 2, 2, 600, 600, 64, True),
+         (1, 4, 2, 70, 150, 256, True), (1, 2, 2, 33, 100, 256, False)]
 
 
 # Decode calls (B, Hq, Hkv, Sq, Sk, D): one, two and four warps along the packed rows, key splits merged by the
 # combine kernel (B = 1 at 5000 keys), per-sequence lengths with an empty sequence and rows that see no key, q given
 # as bf16 values (quantized inside the kernel), bottom-right causal; and an append into an FP8 cache. The cache gets
 # fixed scales and no smoothing, so that no torch reduction runs: racecheck reports 2 hazards in torch's own
-# at::native::reduce_kernel (the amax of a prefill; torch 2.11, H100), none in sdpa_ext's kernels.
-DECODE_CASES = [(3, 8, 2, 1, 300, 128), (2, 16, 2, 2, 200, 64), (2, 8, 2, 16, 500, 128), (1, 32, 8, 1, 5000, 128)]
+# at::native::reduce_kernel (the amax of a prefill; torch 2.11, H100), none in sdpa_ext's kernels. At D = 256: one
+# and two warps, and key splits.
+DECODE_CASES = [(3, 8, 2, 1, 300, 128), (2, 16, 2, 2, 200, 64), (2, 8, 2, 16, 500, 128), (1, 32, 8, 1, 5000, 128),
+                (2, 8, 4, 3, 700, 256), (1, 16, 8, 1, 3000, 256)]
 
 
 def run_decode_cases():
@@ -51,7 +54,8 @@ def main(names):
         v = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
         q8, qs, k8, ks, _, _ = sdpa_ext.quantize_fp8_qkv(q, k.transpose(1, 2).contiguous().transpose(1, 2), v)
         v8, vs = sdpa_ext.quantize_fp8(v.bfloat16(), torch.ones(b, hkv, device="cuda"))
-        for variant in variants:
+        built = sdpa_ext.variant_names(sdpa_ext.device_arch(), d)
+        for variant in (name for name in variants if name in built):
             for out_dtype in (torch.float16, torch.bfloat16):
                 out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, out_dtype=out_dtype,
                                               variant=variant)
