@@ -37,18 +37,22 @@ BATCH, PROMPT, NEW_TOKENS = 2, 24, 8
 NAME = sdpa_hf.register()
 
 
-def tiny_config():
+def tiny_config(head_dim=64):
     return LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
-                       head_dim=64, num_hidden_layers=LAYERS, vocab_size=512, max_position_embeddings=256,
+                       head_dim=head_dim, num_hidden_layers=LAYERS, vocab_size=512, max_position_embeddings=256,
                        initializer_range=0.05, pad_token_id=0, eos_token_id=None)  # no EOS: generate runs every step
+
+
+def build_model(device, head_dim=64):
+    torch.manual_seed(0)
+    built = AutoModelForCausalLM.from_config(tiny_config(head_dim), attn_implementation=NAME, dtype=torch.bfloat16)
+    sdpa_hf.reset_counters()
+    return built.to(device).eval()
 
 
 @pytest.fixture
 def model(device):
-    torch.manual_seed(0)
-    built = AutoModelForCausalLM.from_config(tiny_config(), attn_implementation=NAME, dtype=torch.bfloat16)
-    sdpa_hf.reset_counters()
-    return built.to(device).eval()
+    return build_model(device)
 
 
 def prompt(device, seed=0):
@@ -139,7 +143,10 @@ def test_static_cache_prefill_matches_sdpa(model, device):
     assert cosine(ours, reference) > LOGITS_COSINE
 
 
-def test_generate_with_fp8_cache_follows_sdpa(model, device):
+@pytest.mark.parametrize("head_dim", [64, 256])
+def test_generate_with_fp8_cache_follows_sdpa(device, head_dim):
+    # head_dim 256 (Gemma-like heads): the prefill and decode kernels built for it, no fallback.
+    model = build_model(device, head_dim)
     input_ids = prompt(device)
     out, cache = fp8_generate(model, input_ids)
     assert out.sequences.shape == (BATCH, PROMPT + NEW_TOKENS)
