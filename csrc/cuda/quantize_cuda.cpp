@@ -39,7 +39,7 @@ QuantizeParams make_quantize_params(const at::Tensor& x, const at::Tensor& codes
   p.codes = static_cast<uint8_t*>(codes.data_ptr());
   p.scale = scales.data_ptr<float>();
   p.given_scale = given.defined() ? given.data_ptr<float>() : nullptr;
-  p.chunks = quantize_chunks(p);
+  p.chunks = quantize_chunks(p, at::cuda::getDeviceProperties(x.device().index())->multiProcessorCount);
   p.vectorized = rows_are_vectorizable(x);
   return p;
 }

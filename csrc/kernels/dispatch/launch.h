@@ -43,8 +43,8 @@ cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStr
 // Enqueues the E4M3 encode of new K and V rows into preallocated caches at per-batch positions (KvAppendParams).
 cudaError_t launch_kv_cache_append(const KvAppendParams& params, cudaStream_t stream);
 
-// Number of blocks per head that the two quantization passes use.
-int quantize_chunks(const QuantizeParams& params);
+// Number of blocks per head that the two quantization passes use on a GPU of `sms` SMs.
+int quantize_chunks(const QuantizeParams& params, int sms);
 // Enqueues the amax pass (skipped when params.given_scale is set) and the encode pass.
 cudaError_t launch_quantize(const QuantizeParams& params, cudaStream_t stream);
 
