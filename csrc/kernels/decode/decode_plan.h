@@ -22,9 +22,9 @@ struct DecodePlan {
   int64_t rows;        // B * Hq * Sq: the rows of the partial results
 };
 
-// Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most; more
-// rows take more row tiles).
-// At D = 256 two warps at most: the Q codes of a block are staged in one ring slot of two 4 KB tiles.
+// Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most, 2 at
+// D = 256, where a block's Q codes must fit the ring slot of two 4 KB tiles they are staged in; more rows take more
+// row tiles).
 SDPA_HOST_DEVICE int decode_packed_rows(const AttentionParams& p) { return p.heads_q / p.heads_kv * p.seqlen_q; }
 SDPA_HOST_DEVICE int decode_row_warps(const AttentionParams& p) {
   const int rows = decode_packed_rows(p);
