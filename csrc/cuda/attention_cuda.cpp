@@ -96,8 +96,8 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, int sm) 
   TORCH_CHECK(p.seqlens_k == nullptr || attention_variant_takes_seqlens(index), "variant '", variant,
               "' does not take seqlens_k; use variant='auto' or 'decode' for per-sequence key lengths");
   TORCH_CHECK(attention_variant_takes_head_dim(index, p.head_dim), "variant '", variant,
-              "' is built for head dims 64 and 128, got ", p.head_dim,
-              "; use variant='auto', 'scalar' or the fused_softmax, pipe3 and warp_spec variants for this head dim");
+              "' is built for head dims 64 and 128, got ", p.head_dim, "; use variant='auto' or one that "
+              "sdpa_ext.variant_names(head_dim=", p.head_dim, ") lists");
   TORCH_CHECK(attention_variant_aligned(index, p), "variant '", variant,
               "' needs q, k and v rows aligned to 16 bytes (data_ptr and batch/head/row strides multiples of 16 "
               "bytes", attention_variant_uses_tma(index) ? ", and no stride 0 on a dimension longer than 1" : "",

@@ -14,7 +14,7 @@ namespace sdpa {
 
 enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
 
-// Head dims: every variant takes 64 and 128; the scalar and mma.sync families (sm_80+) also take kWideHeadDim.
+// Head dims: every variant takes 64 and 128; the scalar, mma.sync and decode families also take kWideHeadDim.
 constexpr int kWideHeadDim = 256;
 
 // How q reaches the kernel: E4M3 codes with q_scale, or values that the kernel quantizes per head itself (only the

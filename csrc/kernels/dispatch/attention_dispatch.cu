@@ -152,11 +152,12 @@ const char* decode_variant_name(const AttentionParams& p, int sm) {
   return sm == 90 && decode_row_warps(p) == 4 ? "decode_wgmma" : "decode";
 }
 
-// Head dim 256 has the scalar, mma.sync and decode families only (kWideHeadDim). Of the mma.sync kernels (one
-// block of 4 consumer warps per SM at 253-255 registers) pipe3+swizzle is the fastest or within 1.5% of it: graph
-// us, pipe3+swizzle / fused_softmax+swizzle / warp_spec+2producers+swizzle / cuDNN, H100, 2026-11-26, one run of 3
-// rounds: 4x16x2048x256 1219 / 1227 / 1754 / 409, causal 708 / 710 / 984 / 260; 1x16x8192x256 4806 / 4822 / 6914
-// / 1541, causal 2688 / 2675 / 3658 / 937; causal 1x8x512x256 31.5 / 32.4 / 31.5 / 18.5.
+// Head dim 256 has the scalar, mma.sync and decode families only (kWideHeadDim). Of the mma.sync kernels (four
+// consumer warps a block at 253-255 registers, so by registers two blocks per SM, one with producer warps)
+// pipe3+swizzle is the fastest or within 1.5% of it: graph us, pipe3+swizzle / fused_softmax+swizzle /
+// warp_spec+2producers+swizzle / cuDNN, H100, 2026-11-26, one run of 3 rounds: 4x16x2048x256 1219 / 1227 / 1754 /
+// 409, causal 708 / 710 / 984 / 260; 1x16x8192x256 4806 / 4822 / 6914 / 1541, causal 2688 / 2675 / 3658 / 937;
+// causal 1x8x512x256 31.5 / 32.4 / 31.5 / 18.5.
 const char* wide_head_variant_name(const AttentionParams& p) { return decode_pays(p) ? "decode" : "pipe3+swizzle"; }
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
