@@ -212,10 +212,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
   struct NoChunks {
     __device__ NoChunks(const typename Cfg::Rows&, const typename Cfg::Rows&) {}
   };
-  const std::conditional_t<Cfg::kWgmma, OwnedChunks<Cfg>, NoChunks> own(k_rows, v_rows);
+  std::conditional_t<Cfg::kWgmma, OwnedChunks<Cfg>, NoChunks> own(k_rows, v_rows);
   auto issue = [&](int tile) {
     if constexpr (Cfg::kWgmma) {
-      issue_owned_tile(own, ring, tile, tiles);
+      issue_owned_tile(own, ring, tile, tiles, p);
     } else {
       issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages,
                                               group_thread);

@@ -32,9 +32,21 @@ struct DecodeRows : FragmentRows<kHeadDim / 8> {
   }
 
   // Scales the raw scores of the keys from key0 on (m16n8 C fragments) and masks the keys each row does not see.
-  template <int kNTiles>
+  // Only tiles that reach min_key_end mask. kBranch puts the mask behind a warp-uniform branch: `decode_wgmma`'s
+  // issue-bound loop spent ~40 of its ~350 instructions per warp and tile on a mask folded into one select per score
+  // (sm_90a); the mma.sync warps keep the select, as the branch took the 32-row D = 64 blocks on sm_80 from 134
+  // registers to 128 and a spill.
+  template <bool kBranch = false, int kNTiles>
   __device__ void scale_and_mask(float (&s)[kNTiles][4], int key0, int lane) const {
     const bool masked = key0 + kNTiles * 8 > min_key_end;
+    if (kBranch && !masked) {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] *= scale[i / 2];
+      }
+      return;
+    }
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll

@@ -38,11 +38,11 @@ struct OwnedChunks {
   static constexpr int kRowStep = Cfg::kThreads / kChunksPerRow, kRows = kN / kRowStep;
   static_assert(kD == 64 || kD == 128, "four or eight 16-code chunks per row");
   static_assert(kRowStep % 8 == 0, "the swizzles of both tiles repeat every 8 rows: one offset, then constants");
-  // Where the thread's chunks lie in one head of K or V: the head, its row stride (launch_decode_wgmma keeps
-  // strides below 2^24) and the first chunk's offset.
+  // Where the thread's chunks of K or V lie: its first chunk of the next tile to copy (copy() steps it on by a tile
+  // each call, as the tiles are copied in order) and the row stride (launch_decode_wgmma keeps strides below 2^24).
   struct Source {
-    const uint8_t* head;
-    int stride, offset;
+    const uint8_t* next;
+    int stride;
   };
   // Offsets of the thread's first chunk, computed once (per chunk and tile, the index math took ~25 of the loop's
   // ~470 instructions per warp and tile, ncu, H100): in a code tile (bytes), in an fp16 tile (halves, its first
@@ -60,18 +60,22 @@ struct OwnedChunks {
     half_offset = HalfPanelLayout<kN>::offset(row0, col);
     keys = k_rows.seqlen;
     const int k_stride = static_cast<int>(k_rows.row_stride), v_stride = static_cast<int>(v_rows.row_stride);
-    k = {k_rows.head, k_stride, row0 * k_stride + col};
-    v = {v_rows.head, v_stride, row0 * v_stride + col};
+    k = {k_rows.head + row0 * k_stride + col, k_stride};
+    v = {v_rows.head + row0 * v_stride + col, v_stride};
   }
 
-  // Starts the copies of the thread's chunks of tile `tile` of `src` (keys past `keys` become 0).
-  __device__ void copy(uint8_t* codes, const Source& src, int tile) const {
-    const uint8_t* base = src.head + static_cast<int64_t>(tile * kN) * src.stride + src.offset;
+  // Starts the copies of the thread's chunks of tile `tile` of `src`, the tile after the one copied last; keys past
+  // `keys` become 0 (their copies name `anywhere`, a valid address, and read nothing). A pointer stepped per tile,
+  // not the tile's offset from the head recomputed in 64 bits: about 60 -> 30 instructions per warp and tile for
+  // the copies of K and V (sm_90a).
+  __device__ void copy(uint8_t* codes, Source& src, int tile, const uint8_t* anywhere) const {
+    const uint8_t* base = src.next;
+    src.next += kN * src.stride;
     const int left = keys - tile * kN - row0;
 #pragma unroll
     for (int j = 0; j < kRows; ++j) {
       const bool valid = j * kRowStep < left;
-      cp_async_16(codes + code_offset + j * kRowStep * kD, valid ? base + j * kRowStep * src.stride : src.head,
+      cp_async_16(codes + code_offset + j * kRowStep * kD, valid ? base + j * kRowStep * src.stride : anywhere,
                   valid);
     }
   }
@@ -101,11 +105,12 @@ struct OwnedChunks {
 // Starts the copies of the thread's chunks of tile `tile` into its ring slot (none from tile `tiles` on) and
 // commits a group either way.
 template <class Cfg>
-__device__ __forceinline__ void issue_owned_tile(const OwnedChunks<Cfg>& own, uint8_t* ring, int tile, int tiles) {
+__device__ __forceinline__ void issue_owned_tile(OwnedChunks<Cfg>& own, uint8_t* ring, int tile, int tiles,
+                                                 const AttentionParams& p) {
   if (tile < tiles) {
     uint8_t* slot = ring + tile % Cfg::kStages * 2 * Cfg::kTileBytes;
-    own.copy(slot, own.k, tile);
-    own.copy(slot + Cfg::kTileBytes, own.v, tile);
+    own.copy(slot, own.k, tile, p.k);
+    own.copy(slot + Cfg::kTileBytes, own.v, tile, p.v);
   }
   cp_async_commit();
 }
@@ -168,7 +173,7 @@ struct DecodeWarpgroup : DecodeRows<Cfg::kHeadDim> {
     issue_scores(s, 0);
     wgmma_wait<0>();
     pin_registers(s);
-    this->scale_and_mask(s, key0, lane);
+    this->template scale_and_mask</*kBranch=*/true>(s, key0, lane);
     online_softmax_scores</*kGuessMax=*/true>(s, this->softmax, 1.0f, probs, correction);  // O is still 0
     if (tiles > 1) convert(1);  // after the softmax: beside S, the D = 128 kernel spilled 12 bytes
     barrier_sync(kBarrier, Cfg::kThreads);
@@ -181,7 +186,7 @@ struct DecodeWarpgroup : DecodeRows<Cfg::kHeadDim> {
       pin_registers(s);
       pin_registers(o);
       pin_registers(probs);
-      this->scale_and_mask(s, key0 + tile * kN, lane);
+      this->template scale_and_mask</*kBranch=*/true>(s, key0 + tile * kN, lane);
       online_softmax_scores</*kGuessMax=*/true>(s, this->softmax, 1.0f, probs, correction);
       rescale_rows(o, correction);
       barrier_sync(kBarrier, Cfg::kThreads);  // the next tile's fp16 tiles are complete
