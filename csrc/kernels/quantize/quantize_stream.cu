@@ -47,8 +47,9 @@ template <typename T>
 struct HeadShare {
   static constexpr int kVec = 16 / sizeof(T);
   const QuantizeParams* p;
-  const T* x;  // the head's first value
-  int head;    // within its tensor
+  const T* x;       // the head's first value
+  uint8_t* codes0;  // the code of the share's first value
+  int head;         // within its tensor
   int vecs_per_row, begin, count;
 
   __device__ HeadShare(const QuantizeHeadsParams& b, int index, int ctas, int rank) {
@@ -60,15 +61,14 @@ struct HeadShare {
     const int vecs = p->rows * vecs_per_row, per_block = (vecs + ctas - 1) / ctas;
     begin = min(vecs, rank * per_block);
     count = min(vecs, begin + per_block) - begin;
+    codes0 = p->codes + static_cast<int64_t>(head) * p->rows * p->cols + static_cast<int64_t>(begin) * kVec;
   }
 
   __device__ const T* vector(int k) const {
     const int i = begin + k;
     return x + static_cast<int64_t>(i / vecs_per_row) * p->x_row_stride + i % vecs_per_row * kVec;
   }
-  __device__ uint8_t* codes(int k) const {
-    return p->codes + static_cast<int64_t>(head) * p->rows * p->cols + static_cast<int64_t>(begin + k) * kVec;
-  }
+  __device__ uint8_t* codes(int k) const { return codes0 + k * kVec; }
 };
 
 // Starts the copies of the block's share of a head into `staged`, as one cp.async group.
