@@ -68,7 +68,7 @@ struct OwnedChunks {
   // `keys` become 0 (their copies name `anywhere`, a valid address, and read nothing). A pointer stepped per tile,
   // not the tile's offset from the head recomputed in 64 bits: about 60 -> 30 instructions per warp and tile for
   // the copies of K and V (sm_90a).
-  __device__ void copy(uint8_t* codes, Source& src, int tile, const uint8_t* anywhere) const {
+  __device__ void copy(uint8_t* codes, Source& src, int tile, const uint8_t* anywhere) {
     const uint8_t* base = src.next;
     src.next += kN * src.stride;
     const int left = keys - tile * kN - row0;
