@@ -1,5 +1,7 @@
 """Bad input raises an error that names the argument and what was expected; it never crashes or runs."""
 
+import re
+
 import pytest
 import torch
 
@@ -70,6 +72,21 @@ def test_unsupported_head_dim(device):
 def test_variant_not_built_for_the_head_dim():
     expect_error(valid_args("cuda", d=256), r"variant 'wmma' is built for head dims 64 and 128, got 256",
                  variant="wmma")
+
+
+@pytest.mark.skipif(CUDA_SKIP is not None, reason=CUDA_SKIP or "")
+def test_head_dim_lists_agree_with_the_kernels():
+    # Which variants take D = 256 is written twice: the C++ variant table (max_head_dim) and sdpa_ext/variants.py.
+    # Every variant this GPU runs must accept D = 256 exactly when variant_names(head_dim=256) lists it.
+    arch = sdpa_ext.device_arch()
+    wide = set(sdpa_ext.variant_names(arch, 256))
+    args = valid_args("cuda", d=256)
+    for name in sdpa_ext.variant_names(arch):
+        if name in wide:
+            sdpa_ext.fp8_forward(*args, variant=name)
+        else:
+            expect_error(args, rf"variant '{re.escape(name)}' is built for head dims 64 and 128, got 256",
+                         variant=name)
 
 
 def test_heads_not_a_multiple(device):

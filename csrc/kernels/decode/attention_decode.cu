@@ -26,7 +26,7 @@ bool deep_rings() {
 }
 
 DecodePlan current_plan(const AttentionParams& p, bool wgmma) {
-  return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(decode_row_warps(p), wgmma));
+  return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(p.head_dim, decode_row_warps(p), wgmma));
 }
 
 template <int kRowGroups, class Mma = DecodeByWarps, bool kDeepRings = false>
@@ -46,9 +46,9 @@ struct DecodeVariant {
 
 }  // namespace
 
-template <int kRowGroups, class Mma = DecodeByWarps, bool kDeepRings = false>
+template <int kHeadDim, int kRowGroups, class Mma = DecodeByWarps, bool kDeepRings = false>
 int blocks_per_sm() {
-  using Cfg = DecodeConfig<128, kRowGroups, Mma, kDeepRings>;
+  using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma, kDeepRings>;
   const auto kernel = decode_attention_kernel<Cfg, __half>;
   int blocks = 0;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes) != cudaSuccess ||
@@ -58,18 +58,35 @@ int blocks_per_sm() {
   return blocks;
 }
 
-int decode_blocks_per_sm(int row_warps, bool wgmma) {
-  // Queried once per device and block shape: the instantiations of a shape share threads and shared memory.
-  static int cached[64][4] = {};
+// A block shape's instantiations at one head dim share threads and shared memory; the head dims do not share
+// registers (sm_90a, per thread: 128-151 at D = 64, 166-168 at D = 128, 248-254 at D = 256). Blocks of 128 threads
+// at D = 256 fit two per SM where D = 128 fits three, and the plan's splits would leave a second wave of a third.
+template <int kHeadDim>
+int blocks_per_sm_of_shape(int shape) {
+  if (shape == 0) {
+    return deep_rings() ? blocks_per_sm<kHeadDim, 1, DecodeByWarps, true>() : blocks_per_sm<kHeadDim, 1>();
+  }
+  if constexpr (kHeadDim == kWideHeadDim) {
+    return blocks_per_sm<kHeadDim, 2>();  // no 64-row blocks at D = 256 (decode_row_warps)
+  } else {
+    return shape == 1 ? blocks_per_sm<kHeadDim, 2>()
+           : shape == 2 ? blocks_per_sm<kHeadDim, 4>()
+                        : blocks_per_sm<kHeadDim, 4, DecodeByWgmma>();
+  }
+}
+
+int decode_blocks_per_sm(int head_dim, int row_warps, bool wgmma) {
+  // Queried once per device, head dim and block shape.
+  static int cached[64][3][4] = {};
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
   const int shape = row_warps == 1 ? 0 : row_warps == 2 ? 1 : wgmma ? 3 : 2;
-  int& blocks = cached[device][shape];
+  const int width = head_dim == 64 ? 0 : head_dim == 128 ? 1 : 2;
+  int& blocks = cached[device][width][shape];
   if (blocks == 0) {
-    blocks = shape == 0   ? (deep_rings() ? blocks_per_sm<1, DecodeByWarps, true>() : blocks_per_sm<1>())
-             : shape == 1 ? blocks_per_sm<2>()
-             : shape == 2 ? blocks_per_sm<4>()
-                          : blocks_per_sm<4, DecodeByWgmma>();
+    blocks = width == 0   ? blocks_per_sm_of_shape<64>(shape)
+             : width == 1 ? blocks_per_sm_of_shape<128>(shape)
+                          : blocks_per_sm_of_shape<kWideHeadDim>(shape);
   }
   return blocks;
 }

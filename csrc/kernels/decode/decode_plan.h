@@ -34,9 +34,9 @@ SDPA_HOST_DEVICE int decode_row_warps(const AttentionParams& p) {
 // Bytes of one K or V code tile of the decode kernel, at every head dim: its keys per tile are this over D.
 constexpr int kDecodeTileBytes = 4096;
 
-// Blocks of the decode kernel with `row_warps` warps along the rows (64-row blocks by wgmma when `wgmma`) resident
-// per SM on the current device, 0 when the runtime cannot say.
-int decode_blocks_per_sm(int row_warps, bool wgmma);
+// Blocks of the decode kernel at `head_dim` with `row_warps` warps along the rows (64-row blocks by wgmma when
+// `wgmma`) resident per SM on the current device, 0 when the runtime cannot say.
+int decode_blocks_per_sm(int head_dim, int row_warps, bool wgmma);
 
 DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm);
 
