@@ -27,7 +27,6 @@ on the unquantized inputs.
 """
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -41,7 +40,7 @@ from transformers import AttentionInterface, AttentionMaskInterface, AutoModelFo
 from transformers.cache_utils import Cache, StaticLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from sdpa_ext.bench import environment, number_at_least
+from sdpa_ext.bench import environment, number_at_least, report
 from sdpa_ext.integrations import transformers as sdpa_hf
 
 EIGHT_B = dict(hidden=4096, intermediate=14336, heads=32, kv_heads=8, head_dim=128, vocab=128256, rope_theta=500000.0)
@@ -357,11 +356,7 @@ def main(argv=None):
               "timed_fallbacks": sdpa_hf.fallback_counts()}  # sdpa_ext calls that ran torch SDPA instead
     sdpa_hf.reset_counters()
     result["comparison"] = compare_row(model, args, device)
-    table = markdown(result)
-    print(table)
-    if args.out:
-        args.out.write_text(json.dumps({**result, "markdown": table}, indent=1) if args.out.suffix == ".json"
-                            else table + "\n")
+    report(result, markdown(result), args.out)
     return 0
 
 

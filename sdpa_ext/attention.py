@@ -32,11 +32,24 @@ KERNEL_HEAD_DIMS = WIDE_HEAD_DIMS
 SMOOTH_KEYS_DEFAULT = False
 
 _fallbacks: Counter = Counter()  # drop-in calls that ran torch SDPA, by reason
+# Bound at import: inside sdpa_ext.patch_torch_sdpa() the name F.scaled_dot_product_attention is the drop-in itself,
+# and a fallback through it would call itself.
+_torch_sdpa = F.scaled_dot_product_attention
 
 
 def fallback_counts() -> Dict[str, int]:
     """Drop-in calls that ran F.scaled_dot_product_attention instead of sdpa_ext, by reason (each warned once)."""
     return dict(_fallbacks)
+
+
+def run_torch_sdpa(reason: str, *args, **kwargs) -> torch.Tensor:
+    """torch's own F.scaled_dot_product_attention(*args, **kwargs) for a call sdpa_ext has no kernel for: counted in
+    fallback_counts() under `reason`, warned once per reason."""
+    if reason not in _fallbacks:
+        warnings.warn(f"sdpa_ext.scaled_dot_product_attention: {reason} has no kernel; running torch SDPA",
+                      stacklevel=3)
+    _fallbacks[reason] += 1
+    return _torch_sdpa(*args, **kwargs)
 
 
 def kernel_head_dim(head_dim: int) -> Optional[int]:
@@ -114,13 +127,8 @@ def scaled_dot_product_attention(
     head_dim, value_dim = query.size(-1), value.size(-1)
     width = kernel_head_dim(max(head_dim, value_dim))
     if width is None:
-        reason = f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}"
-        if reason not in _fallbacks:
-            warnings.warn(f"sdpa_ext.scaled_dot_product_attention: {reason} has no kernel; running torch SDPA",
-                          stacklevel=2)
-        _fallbacks[reason] += 1
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                                              scale=scale, enable_gqa=enable_gqa)
+        return run_torch_sdpa(f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}", query, key, value,
+                              attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)

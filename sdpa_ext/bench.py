@@ -232,6 +232,14 @@ def environment(device):
     }
 
 
+def report(result, table, path):
+    """Prints a script's result table, and writes it to `path` if given: JSON (the table included) for a .json name,
+    else the table."""
+    print(table)
+    if path:
+        path.write_text(json.dumps({**result, "markdown": table}, indent=1) if path.suffix == ".json" else table + "\n")
+
+
 def markdown(result, device):
     label = "graph us" if device == "cuda" else "cpu us"
     lines = [f"### {'x'.join(map(str, result['shape']))} {'causal' if result['causal'] else 'non-causal'} "
