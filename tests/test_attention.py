@@ -330,6 +330,23 @@ def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, record_er
     check_end_to_end_error(out, exact_out, sdpa_float32(q, k, v, is_causal=is_causal), record_error)
 
 
+@pytest.mark.parametrize("dims", [(80, 80), (96, 40), (200, 200)], ids=lambda d: f"qk{d[0]}-v{d[1]}")
+def test_drop_in_pads_codes_exactly_as_padded_values_quantize(device, dims):
+    # The drop-in quantizes the true head dims and pads the codes (quantize_padded), where it padded the values
+    # before: the codes and scales must be the same bits.
+    head_dim, value_dim = dims
+    gen = torch.Generator().manual_seed(9)
+    q, k = (torch.randn(2, 4, 70, head_dim, generator=gen).half().to(device) for _ in range(2))
+    v = torch.randn(2, 4, 70, value_dim, generator=gen).half().to(device)
+    width = sdpa_ext.attention.kernel_head_dim(max(head_dim, value_dim))
+    padded = [F.pad(t, (0, width - t.size(-1))) for t in (q, k, v)]
+    expected = sdpa_ext.quantize_fp8_qkv(*padded)[:6]
+    got = sdpa_ext.attention.quantize_padded(q, k, v, width, smooth_keys=False)
+    for name, a, b in zip(("q8", "q_scale", "k8", "k_scale", "v8", "v_scale"), got, expected):
+        bits = (lambda t: t.view(torch.uint8)) if a.dtype == torch.float8_e4m3fn else (lambda t: t)
+        assert torch.equal(bits(a), bits(b)), name
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 80])
 def test_drop_in_smooths_keys_with_channel_offsets(device, head_dim):
     # Keys whose channels carry offsets (trained models' do) crowd a head's values into a few E4M3 codes under one
