@@ -4,6 +4,7 @@
 #
 #   SDPA_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_check.sh [extra pytest args]
 #   SDPA_TESTS="tests/test_decode.py tests/test_kv_cache.py" bash scripts/gpu_check.sh   # a subset of the suite
+#   SDPA_VIT=1 bash scripts/gpu_check.sh        # also timm's vision transformers with the drop-in (benchmarks/vit.py)
 #
 # Logs and JSON go to $OUT (the device tool's output folder) or ./out.
 set -uo pipefail
@@ -40,5 +41,9 @@ cat "$OUT/bench.log"
 $PYTHON -m sdpa_ext.bench --preset decode --rounds 3 --json "$OUT/decode.json" >"$OUT/decode.log" 2>&1 ||
   tail -30 "$OUT/decode.log"
 cat "$OUT/decode.log"
+if [ -n "${SDPA_VIT:-}" ]; then
+  $PYTHON benchmarks/vit.py --out "$OUT/vit.json" >"$OUT/vit.log" 2>&1 || tail -30 "$OUT/vit.log"
+  grep -v "^{" "$OUT/vit.log"
+fi
 $PYTHON scripts/summarize.py --junit "$OUT/junit.xml" --errors "$OUT/errors.json" --bench "$OUT/bench.json"
 exit $tests_status
