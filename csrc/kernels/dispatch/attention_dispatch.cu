@@ -47,6 +47,7 @@ constexpr VariantEntry kVariants[] = {
     {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, 128, &kv_decode_workspace_bytes},
     {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true, 128},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true, 128},
+    {"wgmma_fp8_m64", &launch_wgmma_fp8_m64, true, 90, 90, true, 128},
     {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128},
     {"decode", &launch_decode, true, 80, 0, false, kWideHeadDim, &decode_workspace_bytes, true},
     {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, kWideHeadDim, &decode_wgmma_workspace_bytes, true},
@@ -247,10 +248,19 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 4x16x2048x64, causal 94.2 against 99.7; closest at causal 8x16x1024x64, 66.1 against 65.6 (2026-11-22).
 // Not `wgmma_fp8+fp8_pv`: 4-5% faster in two interleaved runs but 1% slower to 3% faster in the 5-round targets
 // run (2026-11-22, attention_wgmma.cuh), for an output SQNR of 30-44 dB against wgmma_fp8's 55-73 on random inputs.
+// Up to 1024 keys at D = 64 it takes `wgmma_fp8_m64` wherever auto takes a Hopper kernel: there each block is
+// mostly its start and end, which its two blocks per SM overlap. Graph us, wgmma_fp8_m64 / wgmma_fp8 / wgmma_m192 /
+// cuDNN, H100, 2026-11-26, two runs of 3 interleaved rounds: 32x12x197x64 32.8 / 34.2 / 40.9 / 26.3,
+// 32x16x257x64 62.1 / 78.5 / 69.1 / 61.5, 8x16x512x64 30.0 / 31.3 / 32.6 / 27.2, 32x16x577x64 157.3 / 172.3 /
+// 174.3 / 147.9, 4x16x768x64 28.7 / 29.9 / 28.4 / 27.2, 16x16x1024x64 168.4 / 186.4 / 175.4 / 158.9; causal
+// 8x16x512x64 23.9 / 24.5 / 26.3 / 24.1, 32x12x577x64 92.2 / 96.6 / 106.4 / 78.4, 4x16x768x64 22.0 / 22.2 / 21.9 /
+// 24.9. From 2048 keys `wgmma_m192` is ahead: 4x16x2048x64 154.2 / 166.7 / 147.7 / 151.2.
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
   const bool full_tier_wgmma =
       chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
+  const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
+  if (hopper && p.head_dim == 64 && p.seqlen_k <= 1024) return find_attention_variant("wgmma_fp8_m64");
   return full_tier_wgmma ? find_attention_variant("wgmma_fp8") : chosen;
 }
 

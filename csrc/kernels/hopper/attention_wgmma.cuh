@@ -88,10 +88,17 @@ struct WgmmaConfig {
   // 1x16x8192x128, 61.4 / 59.7 at 1x16x2048x128, 69.8 / 69.6 at 4x16x1024x128 (causal 49.6 / 50.4). At D = 64
   // one code slot was slower (168.8 / 172.8 at 4x16x2048x64): the producers then wait for each copy.
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
-  static constexpr int kStages = 3;
   static constexpr int kConsumerGroups = kConsumerGroups_;
-  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded),
-                "three consumer groups: `wgmma` at D = 64");
+  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded) ||
+                    (kConsumerGroups == 1 && kHeadDim == 64 && kFp8Scores && !kFp8Output),
+                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8` at D = 64");
+  // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
+  // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
+  // key loop; wgmma_fp8's ring (three slots of 32 KB at D = 64) fits twice. `wgmma`'s, with fp16 K as well, fits
+  // twice only two slots deep, and so one group was slower than two or three: H100, graph us, wgmma with one group
+  // / two / three, 180.6 / 171.1 / 147.7 at 4x16x2048x64, 182.8 / 180.4 / 174.3 at 32x16x577x64.
+  static constexpr int kBlocksPerSm = kConsumerGroups == 1 ? 2 : 1;
+  static constexpr int kStages = 3;
   // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short), no turns (the named
   // barriers run out), and the last wave's blocks split into units of 64 rows whose keys the groups share. At 160
   // registers the consumers fit only with the guessed row max (the exact max first: 169 against 154 us at
@@ -154,12 +161,16 @@ struct WgmmaConfig {
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer. Three
   // groups: 384 x 160 + 128 x 32 = 65536. fp8_pv: 256 x 216 + 128 x 72, the consumers' P fragments being half the
   // size and the producers' transpose spilling 120 bytes at 40.
-  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160 : kPredecoded ? 240 : kFp8Output ? 216 : 232;
+  // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers.
+  static constexpr int kConsumerRegisters = kConsumerGroups == 3                   ? 160
+                                            : kPredecoded                          ? 240
+                                            : kFp8Output || kConsumerGroups == 1 ? 216
+                                                                                   : 232;
   static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : kFp8Output ? 72 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
-                    kThreads * (65536 / kThreads / 8 * 8),
+                    kThreads * (65536 / kBlocksPerSm / kThreads / 8 * 8),
                 "register split beyond the block's allocation");
 };
 
@@ -827,7 +838,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
 
 // Blocks from split_from on are split units (WgmmaJob); split_from is the block count when there are none.
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
   const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from);
