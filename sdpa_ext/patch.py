@@ -34,7 +34,9 @@ def unsupported_reason(query, key, value, attn_mask, dropout_p) -> Optional[str]
 def patch_torch_sdpa(variant: str = "auto", smooth_keys: bool = attention.SMOOTH_KEYS_DEFAULT) -> Iterator[None]:
     """Within the block, torch.nn.functional.scaled_dot_product_attention is sdpa_ext's drop-in with this variant
     (q, k, v quantized to E4M3 per head on every call). Calls it cannot take (a mask tensor, dropout, 3-D or float32
-    inputs, autograd) run torch SDPA, counted and warned once per reason. The original is restored on exit."""
+    inputs, autograd) run torch SDPA, counted and warned once per reason. The original is restored on exit. Code
+    that bound the function to a name of its own before the block (`from torch.nn.functional import ...`) keeps
+    torch's; models that call `F.scaled_dot_product_attention`, as timm's do, take the drop-in."""
     original = F.scaled_dot_product_attention
 
     def drop_in(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
