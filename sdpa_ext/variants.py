@@ -84,9 +84,9 @@ _VARIANTS = (
             "significant bits (lse off by up to 1.0e-3 at |lse| < 4, 1.5 at |lse| ~ 4000, and 1.2e-3 of |lse| where "
             "every product is positive; fp32 sums stay under 5.6e-4)",
             archs=HOPPER_ARCHS, aligned_rows=True),
-    Variant("wgmma_fp8_m64", 7, "fast", (), "wgmma_fp8 with 64-row query tiles at D = 64: one consumer "
+    Variant("wgmma_fp8_m64", 7, "fast", (), "wgmma_fp8 with 64-row query tiles: one consumer "
             "warpgroup and two blocks per SM, so that one block's start and end overlap the other's key loop "
-            "(short heads); at D = 128 the `wgmma_fp8` kernel", archs=HOPPER_ARCHS, aligned_rows=True),
+            "(short heads); 64-key tiles at D = 128", archs=HOPPER_ARCHS, aligned_rows=True),
     Variant("decode", 8, "full", (), "few query rows against many keys (token generation, speculative decoding, a "
             "chunk against a cache): the query heads of a kv head packed into one tile's rows, so K and V are read "
             "once per kv head; the keys split across the GPU (flash-decoding) and merged through their lse; fp16 "

@@ -255,12 +255,24 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 174.3 / 147.9, 4x16x768x64 28.7 / 29.9 / 28.4 / 27.2, 16x16x1024x64 168.4 / 186.4 / 175.4 / 158.9; causal
 // 8x16x512x64 23.9 / 24.5 / 26.3 / 24.1, 32x12x577x64 92.2 / 96.6 / 106.4 / 78.4, 4x16x768x64 22.0 / 22.2 / 21.9 /
 // 24.9. From 2048 keys `wgmma_m192` is ahead: 4x16x2048x64 154.2 / 166.7 / 147.7 / 151.2.
+// At D = 128 its tiles hold 64 keys (wgmma_fp8's 128), which pays below 512 keys where the last 128-key tile would be
+// partly empty. Graph us, wgmma_fp8_m64 / wgmma_fp8 / cuDNN, same GPU and method: 32x16x197x128 57.5 / 59.7 / 45.2,
+// 32x16x257x128 77.0 / 97.6 / 82.6, 16x16x320x128 41.1 / 52.7 / 45.8, 16x16x384x128 52.9 / 50.7 / 45.5,
+// 16x16x385x128 66.8 / 77.4 / 70.8, 16x16x448x128 67.5 / 78.7 / 72.1, 8x16x512x128 43.8 / 39.9 / 37.8,
+// 16x16x1024x128 277.1 / 226.0 / 235.9; causal 8x16x512x128 32.4 / 33.6 / 33.7, 4x16x1024x128 45.3 / 42.1 / 50.7.
+namespace {
+bool one_group_pays(const AttentionParams& p) {
+  if (p.head_dim == 64) return p.seqlen_k <= 1024;
+  return p.seqlen_k < 512 && p.seqlen_k % 128 != 0;
+}
+}  // namespace
+
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
   const bool full_tier_wgmma =
       chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
   const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
-  if (hopper && p.head_dim == 64 && p.seqlen_k <= 1024) return find_attention_variant("wgmma_fp8_m64");
+  if (hopper && one_group_pays(p)) return find_attention_variant("wgmma_fp8_m64");
   return full_tier_wgmma ? find_attention_variant("wgmma_fp8") : chosen;
 }
 

@@ -90,11 +90,11 @@ struct WgmmaConfig {
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded) ||
-                    (kConsumerGroups == 1 && kHeadDim == 64 && kFp8Scores && !kFp8Output),
-                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8` at D = 64");
+                    (kConsumerGroups == 1 && kFp8Scores && !kFp8Output),
+                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8`");
   // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
   // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
-  // key loop; wgmma_fp8's ring (three slots of 32 KB at D = 64) fits twice. `wgmma`'s, with fp16 K as well, fits
+  // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s, with fp16 K as well, fits
   // twice only two slots deep, and so one group was slower than two or three: H100, graph us, wgmma with one group
   // / two / three, 180.6 / 171.1 / 147.7 at 4x16x2048x64, 182.8 / 180.4 / 174.3 at 32x16x577x64.
   static constexpr int kBlocksPerSm = kConsumerGroups == 1 ? 2 : 1;
@@ -113,7 +113,8 @@ struct WgmmaConfig {
   // not stop before the other.
   static constexpr bool kGroupTiles = !kTurns;
   static constexpr int kBlockM = 64 * kConsumerGroups;
-  static constexpr int kBlockN = 128;
+  // One group at D = 128 takes 64-key tiles: slots of 128 keys (64 KB) fit twice only two deep.
+  static constexpr int kBlockN = kConsumerGroups == 1 && kHeadDim == 128 ? 64 : 128;
   static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
   // Predecoded at D = 128 the consumers keep Q as codes and convert it at every tile: with its fp16 fragments
   // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
@@ -892,11 +893,12 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
 // last wave is already the cheapest), and only with a key tile for every group. `blocks` when there are none.
 int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n);
 
-template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2, bool kFp8Output = false>
+template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2, bool kFp8Output = false, int kGroupsAtD128 = 2>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : 2, kFp8Output>;
+    using Cfg =
+        WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : kGroupsAtD128, kFp8Output>;
     WgmmaMaps maps;
     const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
                                         : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, kFp8Output, &maps);
