@@ -57,11 +57,13 @@ def kernel_head_dim(head_dim: int) -> Optional[int]:
     return next((width for width in KERNEL_HEAD_DIMS if width >= head_dim), None)
 
 
-def pad_codes(codes: torch.Tensor, width: int) -> torch.Tensor:
-    """E4M3 codes [..., D] with zero codes appended up to `width` dims."""
-    if codes.size(-1) == width:
-        return codes
-    return F.pad(codes.view(torch.uint8), (0, width - codes.size(-1))).view(codes.dtype)
+def pad_last_dim(x: torch.Tensor, width: int) -> torch.Tensor:
+    """x [..., D] with zeros appended up to `width` dims (E4M3 codes padded through their bytes: code 0 is +0)."""
+    if x.size(-1) == width:
+        return x
+    if x.dtype == torch.float8_e4m3fn:
+        return F.pad(x.view(torch.uint8), (0, width - x.size(-1))).view(x.dtype)
+    return F.pad(x, (0, width - x.size(-1)))
 
 
 def quantize_padded(query, key, value, width, smooth_keys):
@@ -71,10 +73,9 @@ def quantize_padded(query, key, value, width, smooth_keys):
     0.824x torch SDPA's speed instead of 0.773x (H100, benchmarks/vit.py). Smoothed keys keep the padded values: the
     quantizer's channel groups take rows of a power of two of 16-byte vectors (smoothable_width)."""
     if smooth_keys:
-        query, key, value = (t if t.size(-1) == width else F.pad(t, (0, width - t.size(-1)))
-                             for t in (query, key, value))
+        query, key, value = (pad_last_dim(t, width) for t in (query, key, value))
     q8, q_scale, k8, k_scale, v8, v_scale = quantize_fp8_qkv(query, key, value, smooth_k=smooth_keys)[:6]
-    return pad_codes(q8, width), q_scale, pad_codes(k8, width), k_scale, pad_codes(v8, width), v_scale
+    return pad_last_dim(q8, width), q_scale, pad_last_dim(k8, width), k_scale, pad_last_dim(v8, width), v_scale
 
 
 CAUSAL_ALIGNMENTS = {CausalVariant.UPPER_LEFT: "top_left", CausalVariant.LOWER_RIGHT: "bottom_right"}

@@ -94,9 +94,10 @@ struct WgmmaConfig {
                 "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8`");
   // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
   // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
-  // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s, with fp16 K as well, fits
-  // twice only two slots deep, and so one group was slower than two or three: H100, graph us, wgmma with one group
-  // / two / three, 180.6 / 171.1 / 147.7 at 4x16x2048x64, 182.8 / 180.4 / 174.3 at 32x16x577x64.
+  // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s,
+  // with fp16 K as well, fits twice only two slots deep, and so one group was slower than two or three: H100, graph
+  // us, wgmma with one group / two / three, 180.6 / 171.1 / 147.7 at 4x16x2048x64, 182.8 / 180.4 / 174.3 at
+  // 32x16x577x64.
   static constexpr int kBlocksPerSm = kConsumerGroups == 1 ? 2 : 1;
   static constexpr int kStages = 3;
   // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short), no turns (the named
