@@ -4,8 +4,8 @@
 // keeps the tensor cores off the critical path.
 //
 // Block (kv head, row tile, key split): 4 warps, 16 packed query rows each along the rows (kRowGroups) and the
-// rest along the keys (kSplits key groups, each a contiguous share of the block's key range, loaded through its own
-// cp.async ring of kStages tiles, as in fp8_split). Per tile a warp does
+// rest along the keys (kSplits key groups, each taking every kSplits-th tile of the block's key range through its own
+// cp.async ring of kStages tiles, as fp8_split's groups take contiguous shares). Per tile a warp does
 //   S = Q K^T   m16n8k16 fp16 mma on codes converted in registers (exact products, fp32 sums) on every arch:
 //               the e4m3 mma.sync exists only from sm_89, and its sums are not the fp32 ones the full tier promises
 //   S *= the scale of each row's query head (q_scale k_scale softmax_scale log2 e), masked per row (the batch's key
@@ -85,8 +85,6 @@ struct DecodeConfig {
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
   static constexpr int kRoundKeys = kSplits * kBlockN;  // keys the block takes per round
-  // The first of a block's `tiles` that key group `group` takes (its share ends at the next group's first).
-  __device__ static int group_first_tile(int tiles, int group) { return group * tiles / kSplits; }
   using Partials = SplitPartials<kHeadDim>;
   // The warpgroup's fp16 tiles first, on a 1024-byte boundary (wgmma's swizzle follows the address bits), then
   // the rings.
@@ -144,17 +142,14 @@ __device__ __forceinline__ DecodeBlock locate_block(const AttentionParams& p, co
   return blk;
 }
 
-// Before the kernel ahead on the stream is done (programmatic launch), asks L2 for the first tiles each key group
-// will load, taking the keys as the cache's capacity (the batch's lengths may come from that kernel): a hint, which
-// the cp.async loads after the wait then find in L2.
+// Before the kernel ahead on the stream is done (programmatic launch), asks L2 for the tiles the key groups will
+// load first (the block's first kStages - 1 rounds), taking the keys as the cache's capacity (the batch's lengths may
+// come from that kernel): a hint, which the cp.async loads after the wait then find in L2.
 template <class Cfg>
-__device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typename Cfg::Rows& v_rows,
-                                     int tiles, int key_group, int group_thread) {
-  constexpr int kRows = (Cfg::kStages - 1) * Cfg::kBlockN;
-  const int first = Cfg::group_first_tile(tiles, key_group), last = Cfg::group_first_tile(tiles, key_group + 1);
-  const int rows = min(kRows, (last - first) * Cfg::kBlockN);
-  for (int i = group_thread; i < 2 * rows; i += Cfg::kGroupThreads) {
-    const int key = first * Cfg::kBlockN + i % rows;
+__device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typename Cfg::Rows& v_rows, int tiles) {
+  const int rows = min(tiles, (Cfg::kStages - 1) * Cfg::kSplits) * Cfg::kBlockN;
+  for (int i = threadIdx.x; i < 2 * rows; i += Cfg::kThreads) {
+    const int key = i % rows;
     if (key < k_rows.seqlen) {
       prefetch_l2(i < rows ? k_rows.head + key * k_rows.row_stride : v_rows.head + key * v_rows.row_stride);
     }
@@ -181,7 +176,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
   const int key_group = warp / Cfg::kRowGroups, row_group = warp % Cfg::kRowGroups;
   const int group_thread = threadIdx.x % Cfg::kGroupThreads, group_barrier = 1 + key_group;
   DecodeBlock blk = locate_block<Cfg>(p, plan);
-  // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes a contiguous share.
+  // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes every kSplits-th tile.
   const int key0 = blockIdx.x * plan.keys_per_split;
   const int64_t head_k = blk.batch * p.k_batch_stride + blk.head_kv * p.k_head_stride + key0 * p.k_row_stride;
   const int64_t head_v = blk.batch * p.v_batch_stride + blk.head_kv * p.v_head_stride + key0 * p.v_row_stride;
@@ -190,7 +185,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // only programmatic launches start before the kernel ahead ends
   if (p.overlap_launch) {
     const int capacity_tiles = (min(p.seqlen_k - key0, plan.keys_per_split) + kN - 1) / kN;
-    prefetch_first_tiles<Cfg>(k_rows, v_rows, capacity_tiles, key_group, group_thread);
+    prefetch_first_tiles<Cfg>(k_rows, v_rows, capacity_tiles);
   }
 #endif
   allow_next_grid_launch();
@@ -204,7 +199,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
   blk.causal_offset = p.seqlens_k != nullptr && p.causal_bottom_right ? blk.keys - p.seqlen_q : p.causal_offset;
   const int block_keys = max(0, min(blk.last_key_end(p), key0 + plan.keys_per_split) - key0);
   const int tiles = (block_keys + kN - 1) / kN;
-  const int first = Cfg::group_first_tile(tiles, key_group), last = Cfg::group_first_tile(tiles, key_group + 1);
+  // Key group g takes tiles g, g + kSplits, ...: the block's groups read one stretch of K and one of V together
+  // instead of a stretch each (8 streams an SM for the 16-row blocks). Graph us against contiguous shares, same
+  // machine: H100 8x32x8x1x4096x128 29.1 / 29.7, 32x32x8x1x4096x128 95.1 / 97.1, 1x32x8x1x131072x128 95.5 / 96.9,
+  // 16x32x8x1x8192x64 48.9 / 49.7, 8x16x8x1x8192x256 96.7 / 98.2, 8x32x8x1x32768x128 186.8 / 186.1. A pure read of
+  // the same tiles: 2.74 / 2.66 TB/s at 67 MB, 3.04 / 3.00 at 268 MB. With contiguous shares the groups of a block
+  // ended up to 3.5 us apart (8x32x8x1x4096x128, H100, globaltimer).
+  const int first = key_group, last = tiles;
   // Rows past the batch's keys are zero-filled: a cache's unused rows may hold any bytes, NaN codes included.
   k_rows.seqlen = v_rows.seqlen = blk.keys - key0;
   uint8_t* rings = smem + Cfg::kHalvesBytes;
@@ -217,12 +218,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
     if constexpr (Cfg::kWgmma) {
       issue_owned_tile(own, ring, tile, tiles, p);
     } else {
-      issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, (tile - first) % Cfg::kStages,
+      issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, tile / Cfg::kSplits % Cfg::kStages,
                                               group_thread);
     }
   };
 #pragma unroll
-  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(first + t);
+  for (int t = 0; t < Cfg::kStages - 1; ++t) issue(first + t * Cfg::kSplits);
 
   // The Q codes are staged in key group 0's last ring slot, which the prologue leaves empty.
   uint8_t* stage = rings + (Cfg::kStages - 1) * 2 * Cfg::kTileBytes;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
   } else {
     w.start(p, blk, stage, row_scale, row_group, lane);
     __syncthreads();  // the stage is free for key group 0's first refill
-    run_key_group_rounds<Cfg>(tiles, first, last, ring, group_barrier, Cfg::kGroupThreads, issue,
+    run_key_group_rounds<Cfg, Cfg::kSplits>(tiles, first, last, ring, group_barrier, Cfg::kGroupThreads, issue,
                               [&](const uint8_t* slot, int tile) {
                                 w.consume(slot, slot + Cfg::kTileBytes, key0 + tile * kN, lane);
                               });

@@ -81,23 +81,25 @@ __device__ __forceinline__ float4 output_quad(const float (&o)[kOTiles][4], int 
                      o[2 * block + 1][2 * r + 1]);
 }
 
-// The key loop of a block whose key groups (Cfg::kSplits of them) each stream a contiguous share [first, last) of
-// the block's `tiles` through a ring of their own (issue(tile) starts a tile's copies; `barrier` syncs the group's
-// `threads`), and consume(slot, tile) multiplies a landed tile. Every group runs the same number of rounds (a group
-// with one tile fewer idles through the last), so that all warps pass the same sequence of barriers. A round refills
-// the slot the round before read only once its own tile has landed, so one barrier per round covers both hand-overs.
-// Requesting the next tile before the wait, with a barrier on each side, measured 4.57-4.65 against 4.55-4.63 us at
-// 1x8x512x64 in two runs and 22.66 against 22.43 us at 1x8x512x4096x64 (fp8_split, H200).
-template <class Cfg, class Issue, class Consume>
+// The key loop of a block whose key groups (Cfg::kSplits of them) each stream tiles first, first + kTileStep, ...
+// below `last` of the block's `tiles` through a ring of their own: a contiguous share [first, last) with kTileStep 1,
+// every kSplits-th tile with kTileStep = kSplits (from first = group, to last = tiles). issue(tile) starts a tile's
+// copies, `barrier` syncs the group's `threads`, and consume(slot, tile) multiplies a landed tile. Every group runs
+// the same number of rounds (a group with one tile fewer idles through the last), so that all warps pass the same
+// sequence of barriers. A round refills the slot the round before read only once its own tile has landed, so one
+// barrier per round covers both hand-overs. Requesting the next tile before the wait, with a barrier on each side,
+// measured 4.57-4.65 against 4.55-4.63 us at 1x8x512x64 in two runs and 22.66 against 22.43 us at 1x8x512x4096x64
+// (fp8_split, H200).
+template <class Cfg, int kTileStep = 1, class Issue, class Consume>
 __device__ __forceinline__ void run_key_group_rounds(int tiles, int first, int last, const uint8_t* ring, int barrier,
                                                      int threads, Issue issue, Consume consume) {
   const int rounds = (tiles + Cfg::kSplits - 1) / Cfg::kSplits;
   for (int round = 0; round < rounds; ++round) {
-    const int tile = first + round;
+    const int tile = first + round * kTileStep;
     cp_async_wait<Cfg::kStages - 2>();
     // The tile's codes are visible to the group's warps, which are done with the slot refilled next.
     barrier_sync(barrier, threads);
-    issue(tile + Cfg::kStages - 1);
+    issue(tile + (Cfg::kStages - 1) * kTileStep);
     const uint8_t* slot = ring + round % Cfg::kStages * 2 * Cfg::kTileBytes;
     if (tile < last) consume(slot, tile);
   }
