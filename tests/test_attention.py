@@ -7,7 +7,7 @@
 """
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -50,8 +50,8 @@ FAST = Gates(kernel_sqnr_db=30.0, lse_atol=1e-2, lse_rtol=2.0**-8, end_to_end_fa
 # Fast-tier variants reachable by name only (fp8_pv: P cast to E4M3, 3 mantissa bits, about 3.6% rms a value, which
 # the output's average over the keys does not shrink): DESIGN.md's 25 dB and 2x exact + 0.02. Measured 29.9 dB at
 # worst (H200, 2026-11-22).
-FAST_BY_NAME = Gates(kernel_sqnr_db=25.0, lse_atol=1e-2, lse_rtol=2.0**-8, end_to_end_factor=2.0,
-                     end_to_end_floor=0.02)
+# Same lse gates: fp8_pv changes P V, not the scores.
+FAST_BY_NAME = replace(FAST, kernel_sqnr_db=25.0, end_to_end_factor=2.0, end_to_end_floor=0.02)
 
 
 def tier_of(variant):
