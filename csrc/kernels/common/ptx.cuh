@@ -92,6 +92,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                : "r"(smem_address(row)));
 }
 
+// Four 8x8 b16 matrices to shared memory; lane i gives the address of row i % 8 of matrix i / 8, and r[j] holds
+// matrix j's elements of row lane / 4, columns 2 (lane % 4) and 2 (lane % 4) + 1 (ldmatrix_x4's fragments).
+__device__ __forceinline__ void stmatrix_x4(void* row, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+               ::"r"(smem_address(row)), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 // D = A B + D for one 16x8x16 tile: A row-major fp16 (4 regs), B column-major fp16 (2 regs), D fp32 (4 regs).
 __device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(

@@ -160,15 +160,15 @@ struct WgmmaConfig {
   static constexpr int kPartialBytes = kSplitTail ? (kConsumerGroups - 1) * kGroupThreads * kPartialFloats * 4 : 0;
   static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kAheadBufferBytes + kQTileBytes + kPartialBytes +
                                     kBarrierBytes;  // + aligning the base
-  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers; producers that only start copies need fewer. Three
-  // groups: 384 x 160 + 128 x 32 = 65536. fp8_pv: 256 x 216 + 128 x 72, the consumers' P fragments being half the
-  // size and the producers' transpose spilling 120 bytes at 40.
+  // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (fp8_pv too: its transpose by ldmatrix/stmatrix fits
+  // the producers' 40; 216 + 72 timed the same); producers that only start copies need fewer. Three groups:
+  // 384 x 160 + 128 x 32 = 65536.
   // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers.
-  static constexpr int kConsumerRegisters = kConsumerGroups == 3                   ? 160
-                                            : kPredecoded                          ? 240
-                                            : kFp8Output || kConsumerGroups == 1 ? 216
-                                                                                   : 232;
-  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : kFp8Output ? 72 : 40;
+  static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160
+                                            : kPredecoded          ? 240
+                                            : kConsumerGroups == 1 ? 216
+                                                                   : 232;
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
@@ -315,57 +315,37 @@ __device__ __forceinline__ void decode_tile(const uint8_t* codes, __half* halves
 
 // The B operand of the E4M3 P V (kFp8Output): the V codes of a tile, [kBlockN keys][D] as TMA lands them
 // (SwizzledCodeLayout<D>), transposed to [D][kBlockN] (SwizzledCodeLayout<kBlockN>, K-major for wgmma) with the
-// keys of each 16 in the order of P's fragments (key_of_position).
-// A thread moves blocks of 4 keys x 4 dims: a word of 4 dims from each of the 4 keys at positions 4c..4c + 3 of a
-// 16-key group, then by byte permutes one word of those 4 positions for each dim. Lane l takes c = l % 4 and the
-// dim word 8 (warp % kDimBlocks) + l / 4, so that a warp's loads read 8 chunks x 4 words of distinct banks (at
-// D = 128; at D = 64 two rows share a 128-byte line: 2-way). Its store s writes dim j = (s + l / 8) % 4 of its
-// word: rotated per lane, so that the 8 rows of V^T that one store instruction reaches have 8 different n % 8,
-// which the swizzle spreads over all 32 banks.
+// keys of each 16 in the order of P's fragments (key_of_position): lane 4p + c of a quad holds positions 4c..4c + 3,
+// keys 2c, 2c + 1, 2c + 8 and 2c + 9.
+// A warp moves a unit of 16 keys x 32 dims per step. ldmatrix.trans reads it as four 8x8 matrices of byte pairs
+// (keys 0-7 and 8-15 of dims 0-15, then of dims 16-31), so lane 4p + c holds, per matrix, keys 2c and 2c + 1 of
+// dims 2p and 2p + 1; two byte permutes of the matrices of keys 0-7 and 8-15 give that lane's word of dim 2p and of
+// dim 2p + 1, and stmatrix writes the words as four 8x8 matrices whose rows are dims of V^T. The lanes of quads
+// 0-3 store their even dim in the first matrix of a pair, those of quads 4-7 their odd one, so that each matrix's
+// 8 rows have 8 different dim % 8, which the swizzle spreads over all 32 banks (the reads, 8 consecutive keys, are
+// spread by the codes' own swizzle). Per 16 bytes a lane issues one ldmatrix, four permutes and one stmatrix,
+// where 32-bit loads and stores took four of each and twelve permutes.
 template <class Cfg>
 __device__ __forceinline__ void transpose_v_tile(const uint8_t* codes, uint8_t* transposed, int tid) {
   constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
-  constexpr int kDimBlocks = kD / 32;               // blocks of 8 dim words (32 dims), one per warp and step
-  constexpr int kGroupsPerStep = 4 / kDimBlocks;    // 16-key groups the 4 warps take per step
-  constexpr int kSteps = kN / 16 / kGroupsPerStep;  // steps per thread
-  constexpr int kBatch = 2;                         // steps whose loads go out before their stores
-  static_assert(Cfg::kProducerThreads == 128 && kN == 128 && kSteps % kBatch == 0, "4 warps, 128-byte rows");
+  constexpr int kGroups = kN / 16, kUnits = kGroups * (kD / 32), kWarps = Cfg::kProducerThreads / 32;
+  static_assert(kUnits % kWarps == 0, "every warp takes as many units");
   using CodeLayout = SwizzledCodeLayout<kD>;
   using TransposedLayout = SwizzledCodeLayout<kN>;
-  const int warp = tid / 32, lane = tid % 32, c = lane % 4;
-  const int dim0 = 4 * (8 * (warp % kDimBlocks) + lane / 4);
-  const int group0 = warp / kDimBlocks;  // the thread's group in step `step`: step * kGroupsPerStep + group0
-  int load[4];      // code offsets of its 4 keys in the first step
-  uint32_t pick[4];  // byte selectors of the dim j of store s
-  int dim[4];
+  const int warp = tid / 32, lane = tid % 32;
+  const int matrix = lane / 8, row = lane % 8;  // the row whose address the lane gives
+  constexpr uint32_t kEvenDims = 0x6420, kOddDims = 0x7531;  // bytes 0, 2 / 1, 3 of each matrix word
+  const uint32_t first = lane / 4 < 4 ? kEvenDims : kOddDims, second = first ^ kEvenDims ^ kOddDims;
+  const int key = 8 * (matrix % 2) + row, dim = 16 * (matrix / 2);
+  const int transposed_dim = dim + 2 * row + ((matrix % 2) ^ (row >= 4 ? 1 : 0));
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    load[i] = CodeLayout::offset(16 * group0 + key_of_position(4 * c + i), dim0);
-    const int j = (i + lane / 8) % 4;
-    pick[i] = j | (4 + j) << 4;
-    dim[i] = dim0 + j;
-  }
-#pragma unroll
-  for (int step0 = 0; step0 < kSteps; step0 += kBatch) {
-    uint32_t words[kBatch][4];
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        words[b][i] = *reinterpret_cast<const uint32_t*>(codes + load[i] + (step0 + b) * kGroupsPerStep * 16 * kD);
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int group = (step0 + b) * kGroupsPerStep + group0;
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const uint32_t keys01 = __byte_perm(words[b][0], words[b][1], pick[s]);
-        const uint32_t keys23 = __byte_perm(words[b][2], words[b][3], pick[s]);
-        *reinterpret_cast<uint32_t*>(transposed + TransposedLayout::offset(dim[s], 16 * group + 4 * c)) =
-            __byte_perm(keys01, keys23, 0x5410);
-      }
-    }
+  for (int step = 0; step < kUnits / kWarps; ++step) {
+    const int unit = warp + step * kWarps, group = unit % kGroups, dim0 = unit / kGroups * 32;
+    uint32_t pairs[4];
+    ldmatrix_x4_trans(pairs, codes + CodeLayout::offset(16 * group + key, dim0 + dim));
+    const uint32_t words[4] = {__byte_perm(pairs[0], pairs[1], first), __byte_perm(pairs[0], pairs[1], second),
+                               __byte_perm(pairs[2], pairs[3], first), __byte_perm(pairs[2], pairs[3], second)};
+    stmatrix_x4(transposed + TransposedLayout::offset(dim0 + transposed_dim, 16 * group), words);
   }
 }
 
