@@ -61,6 +61,7 @@ void print_narrow_variant_sizes() {
       {"cp_async", ScalarSmem<kHeadDim, 2>::kBytes},
       {"wmma", WmmaConfig<kHeadDim>::kSmemBytes},
       {"fp8_mma", Fp8Config<kHeadDim, 4, 2>::kSmemBytes},
+      {"fp8_mma+fp8_pv", Fp8Config<kHeadDim, 4, 2, true>::kSmemBytes},
       {"fp8_mma_m32", Fp8Config<kHeadDim, 2, 2>::kSmemBytes},
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
       {"fp8_split", Fp8SplitConfig<kHeadDim, 2, 4>::kSmemBytes},

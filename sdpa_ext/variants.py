@@ -56,10 +56,10 @@ _VARIANTS = (
     Variant("warp_spec", 5, "full", ("2producers", "swizzle"), "one (or with 2producers two) producer warps load "
             "and decode K/V into a 2-stage ring, four consumer warps compute; named-barrier handoff",
             aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
-    Variant("fp8_mma", 6, "full", (), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T (on sm_90, where "
-            "that instruction is fp16 HMMA on converted codes, Q converted once and the fp16 halves chained), V "
-            "decoded in registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; 64-row "
-            "query tiles",
+    Variant("fp8_mma", 6, "full", ("fp8_pv",), "native FP8 mma.sync m16n8k32 on the raw E4M3 codes for QK^T (on "
+            "sm_90, where that instruction is fp16 HMMA on converted codes, Q converted once and the fp16 halves "
+            "chained), V decoded in registers (ldmatrix.trans + byte permute + cvt) for an fp16 PV; no decode pass; "
+            "64-row query tiles",
             archs=FP8_ARCHS, aligned_rows=True),
     Variant("fp8_mma_m32", 6, "full", (), "fp8_mma with 32-row query tiles (2 warps): twice the blocks for small "
             "batches", archs=FP8_ARCHS, aligned_rows=True),
@@ -109,10 +109,12 @@ TOGGLE_DESCRIPTIONS = {
                  "blocks that read them; no block decodes its own tiles, 128-key tiles at D = 128 (Q kept as codes "
                  "and converted per tile to make room), one producer warp copies; auto takes it at D = 128 from "
                  "2048 query rows per kv head (causal: 4096, or 2048 with 64 kv heads)",
-    "fp8_pv": "PV by e4m3 wgmma too: P scaled by 2^4 and cast to E4M3, V codes transposed by the producers "
-              "(ldmatrix/stmatrix) instead of decoded; 9-12% faster than wgmma_fp8 at D = 128 on an H200, output "
-              "SQNR about 31.5 dB against float64 on random inputs (P keeps 3 mantissa bits) where wgmma_fp8 keeps "
-              "45-73; variant='fast' takes it wherever auto takes wgmma[+predecode]",
+    "fp8_pv": "fast tier: P V on the E4M3 tensor cores too, P scaled by 2^4 and cast to E4M3 (3 mantissa bits: "
+              "output SQNR about 31.5 dB against float64 on random inputs, where fp16 P keeps 45-73). wgmma_fp8: V "
+              "codes transposed by the producers (ldmatrix/stmatrix) instead of decoded, 9-12% faster than "
+              "wgmma_fp8 at D = 128 on an H200, and variant='fast' takes it wherever auto takes wgmma[+predecode]. "
+              "fp8_mma (sm_89): mma.sync m16n8k32 e4m3 on the V codes (fp16 mma on converted codes on sm_90, "
+              "where ptxas has no e4m3 mma.sync); by name only, not timed on an sm_89 GPU",
 }
 
 

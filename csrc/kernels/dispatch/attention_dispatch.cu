@@ -40,6 +40,7 @@ constexpr VariantEntry kVariants[] = {
     {"warp_spec+2producers", &launch_warp_spec_2producers, true, 80, 0, false, kWideHeadDim},
     {"warp_spec+2producers+swizzle", &launch_warp_spec_2producers_swizzle, true, 80, 0, false, kWideHeadDim},
     {"fp8_mma", &launch_fp8_mma, true, 89, 0, false, 128},
+    {"fp8_mma+fp8_pv", &launch_fp8_mma_fp8_pv, true, 89, 0, false, 128},
     {"fp8_mma_m32", &launch_fp8_mma_m32, true, 89, 0, false, 128},
     {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false, 128},
     {"fp8_split", &launch_fp8_split, true, 89, 0, false, 128},

@@ -24,6 +24,7 @@ cudaError_t launch_warp_spec_swizzle(const AttentionParams&, cudaStream_t);
 cudaError_t launch_warp_spec_2producers(const AttentionParams&, cudaStream_t);
 cudaError_t launch_warp_spec_2producers_swizzle(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma(const AttentionParams&, cudaStream_t);
+cudaError_t launch_fp8_mma_fp8_pv(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma_m32(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_mma_m16(const AttentionParams&, cudaStream_t);
 cudaError_t launch_fp8_split(const AttentionParams&, cudaStream_t);

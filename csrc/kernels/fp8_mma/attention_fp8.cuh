@@ -7,7 +7,13 @@
 //   softmax       in registers (fragment_softmax.cuh), P in fp16: the "full" precision tier
 //   O += P V      mma.sync m16n8k16 fp16 on V codes converted in registers (code_tiles.cuh)
 // kWarps sets the query tile (16 rows per warp): fewer rows per block mean more blocks for small batches.
+// `fp8_mma+fp8_pv` (kFp8Output, fast tier): P scaled by 2^4 and cast to E4M3, and O += P V by mma.sync m16n8k32
+// e4m3 straight on the V codes (code_tile_pv_e4m3), both products on Ada's FP8 tensor cores. On sm_90 ptxas has no
+// e4m3 mma.sync, so there, as for Q K^T, it runs as fp16 mma on converted codes (SDPA_E4M3_MMA_AS_FP16): the same
+// products and fp32 sums, which is how the tests check it on a Hopper GPU.
 #pragma once
+
+#include <type_traits>
 
 #include "../common/attention_common.cuh"
 #include "../common/fragment_softmax.cuh"
@@ -17,9 +23,12 @@
 
 namespace sdpa {
 
-template <int kHeadDim_, int kWarps_, int kStages_>
+template <int kHeadDim_, int kWarps_, int kStages_, bool kFp8Output_ = false>
 struct Fp8Config {
   static constexpr int kHeadDim = kHeadDim_, kWarps = kWarps_, kStages = kStages_;
+  static constexpr bool kFp8Output = kFp8Output_;
+  // E4M3 P is scaled by 2^4 so that most P land among E4M3's normal values (ScaledRowSoftmax).
+  using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
   // 64-key tiles at D = 64; at D = 128 the 64 O accumulators leave room only for 32 keys of S (64 keys need
   // more than 255 registers and spill).
   static constexpr int kBlockM = 16 * kWarps, kBlockN = kHeadDim == 64 ? 64 : 32, kThreads = 32 * kWarps;
@@ -27,14 +36,18 @@ struct Fp8Config {
   static constexpr int kSmemBytes = kStages * 2 * kTileBytes;  // ring of [K codes, V codes]
   using Rows = TileRows<kBlockN, kHeadDim>;
   using Layout = SwizzledCodeLayout<kHeadDim>;
+  // P of a tile: fp16 A fragments of k16 steps, or E4M3 ones of k32 steps.
+  using Probabilities = std::conditional_t<kFp8Output, uint32_t[kBlockN / 32][4], uint32_t[kBlockN / 16][4]>;
 };
 
+// O n-tiles: (even dims, odd dims) per 16-dim block.
 template <class Cfg>
-struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even dims, odd dims) per 16-dim block
+struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
-  using FragmentRows<kD / 8>::o;
-  using FragmentRows<kD / 8>::row;
-  using FragmentRows<kD / 8>::softmax;
+  using Base = FragmentRows<kD / 8, typename Cfg::Softmax>;
+  using Base::o;
+  using Base::row;
+  using Base::softmax;
   E4m3Fragment q[kD / 32];  // A fragments of Q (load_code_q)
 
   __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
@@ -53,9 +66,13 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
     });
     // The row max taken first: guessing it (online_softmax_scores) made fp8_split 4.8 -> 5.1 us at 1x8x512x64
     // (H200), where each warp sees two tiles and the first must take the max anyway.
-    uint32_t probs[kN / 16][4];
+    typename Cfg::Probabilities probs;
     this->template scores_to_probabilities</*kGuessMax=*/false>(s, key0, p, lane, probs);
-    code_tile_pv<Layout, kD, kN>(o, probs, v_tile, lane);
+    if constexpr (Cfg::kFp8Output) {
+      code_tile_pv_e4m3<Layout, kD, kN>(o, probs, v_tile, lane);
+    } else {
+      code_tile_pv<Layout, kD, kN>(o, probs, v_tile, lane);
+    }
   }
 
   __device__ float4 output_quad(int r, int block) const { return sdpa::output_quad(o, r, block); }
@@ -83,8 +100,11 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8> {  // O n-tiles: (even
   }
 };
 
+// fp8_pv declares one block per SM: on sm_90, where its E4M3 P V runs as fp16 mma, ptxas otherwise stopped at 168
+// registers and spilled 4 bytes at D = 128 (182 and no spill with it; sm_89 takes 142-144 either way, nvcc 13.0).
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const AttentionParams p) {
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kFp8Output ? 1 : 0)
+    attention_fp8_kernel(const AttentionParams p) {
   extern __shared__ __align__(128) uint8_t ring[];  // [kStages][K codes, V codes], swizzled
   const int blocks_per_head = query_tiles(p, Cfg::kBlockM);
   const HeadCoords c = head_coords(p, blocks_per_head);
@@ -116,11 +136,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) attention_fp8_kernel(const Atte
   w.template finish<OutT>(p, head_coords(p, blocks_per_head), lane);
 }
 
-template <int kWarps, int kStages>
+template <int kWarps, int kStages, bool kFp8Output = false>
 struct Fp8Variant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg = Fp8Config<kHeadDim, kWarps, kStages>;
+    using Cfg = Fp8Config<kHeadDim, kWarps, kStages, kFp8Output>;
     return launch_with_smem(attention_fp8_kernel<Cfg, OutT>, attention_blocks(p, Cfg::kBlockM),
                             Cfg::kThreads, Cfg::kSmemBytes, stream, p);
   }

@@ -18,7 +18,11 @@ namespace sdpa {
 template <int kHeadDim_, int kRowGroups_, int kSplits_>
 struct Fp8SplitConfig {
   static constexpr int kHeadDim = kHeadDim_, kRowGroups = kRowGroups_, kSplits = kSplits_, kStages = 2;
-  static constexpr int kBlockM = 16 * kRowGroups, kBlockN = Fp8Config<kHeadDim, 1, kStages>::kBlockN;
+  using Warp = Fp8Config<kHeadDim, 1, kStages>;  // a warp's tile and numerics: fp16 P (full tier)
+  static constexpr int kBlockM = 16 * kRowGroups, kBlockN = Warp::kBlockN;
+  static constexpr bool kFp8Output = Warp::kFp8Output;
+  using Softmax = typename Warp::Softmax;
+  using Probabilities = typename Warp::Probabilities;
   static constexpr int kSplitThreads = 32 * kRowGroups, kThreads = kSplitThreads * kSplits;
   static constexpr int kTileBytes = kBlockN * kHeadDim;
   static constexpr int kSplitRingBytes = kStages * 2 * kTileBytes;  // [kStages][K codes, V codes] per split

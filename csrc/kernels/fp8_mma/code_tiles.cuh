@@ -4,7 +4,8 @@
 //              bytes of an m16n8k32 B fragment; `mma` multiplies it with the Q fragment of k32 step ks
 //   O += P V   V by ldmatrix.trans on the codes, whose registers hold two keys of two dims each: a byte permute and
 //              one cvt per pair (split_key_pairs) give the fp16 B fragments of an even-dim and an odd-dim n-tile,
-//              so O's n-tiles come in (even, odd) pairs per 16-dim block (output_quad undoes the interleave).
+//              so O's n-tiles come in (even, odd) pairs per 16-dim block (output_quad undoes the interleave); with
+//              P in E4M3 (code_tile_pv_e4m3) a byte permute of two such registers gives an m16n8k32 B fragment.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +69,42 @@ __device__ __forceinline__ void code_tile_pv(float (&o)[kD / 8][4], const uint32
         const int block = 2 * db + h;  // 16-dim block
         mma_16x8x16(o[2 * block], probs[kt], even[0], even[1]);
         mma_16x8x16(o[2 * block + 1], probs[kt], odd[0], odd[1]);
+      }
+    }
+  }
+}
+
+// O += P V over the tile's keys with P as E4M3 A fragments (pack_probabilities: probs[kt] covers keys [32 kt,
+// 32 kt + 32), positions 4c..4c + 3 of each 16 holding keys 2c, 2c + 1, 2c + 8 and 2c + 9) and V codes as m16n8k32
+// B fragments. Of code_tile_pv's ldmatrix.trans registers (keys 2c, 2c + 1 of dims 2g, 2g + 1), those of keys 0-7
+// and 8-15 of a 16-key group give, by one byte permute, the word of dim 2g at those four positions (bytes 0 and 2 of
+// each) or of dim 2g + 1 (bytes 1 and 3): B column g of an even-dim or an odd-dim n-tile, the same (even, odd)
+// pairs as code_tile_pv's, so output_quad reads O alike. Per 32 keys and 32 dims a lane issues two ldmatrix, eight
+// permutes and four k32 mma, where the fp16 P V converts every pair of codes and issues eight k16 mma.
+template <class Layout, int kD, int kN>
+__device__ __forceinline__ void code_tile_pv_e4m3(float (&o)[kD / 8][4], const uint32_t (&probs)[kN / 32][4],
+                                                  const uint8_t* v_tile, int lane) {
+  constexpr uint32_t kEvenDims = 0x6420, kOddDims = 0x7531;
+  const int mat = lane / 8, mat_row = lane % 8;
+#pragma unroll
+  for (int kt = 0; kt < kN / 32; ++kt) {
+    E4m3Fragment a;
+    a.set(probs[kt]);
+#pragma unroll
+    for (int db = 0; db < kD / 32; ++db) {
+      uint32_t v[2][4];  // per 16 keys: keys [0, 8), [8, 16) of dims db*32 + [0, 16), then of [16, 32)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        ldmatrix_x4_trans(v[half], v_tile + Layout::offset(kt * 32 + half * 16 + (mat % 2) * 8 + mat_row,
+                                                           db * 32 + (mat / 2) * 16));
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int block = 2 * db + h;  // 16-dim block
+        mma_16x8x32_e4m3(o[2 * block], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kEvenDims),
+                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kEvenDims));
+        mma_16x8x32_e4m3(o[2 * block + 1], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kOddDims),
+                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kOddDims));
       }
     }
   }
