@@ -49,6 +49,7 @@ constexpr VariantEntry kVariants[] = {
     {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true, 128},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true, 128},
     {"wgmma_fp8_m64", &launch_wgmma_fp8_m64, true, 90, 90, true, 128},
+    {"wgmma_fp8_m64+fp8_pv", &launch_wgmma_fp8_m64_fp8_pv, true, 90, 90, true, 128},
     {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128},
     {"decode", &launch_decode, true, 80, 0, false, kWideHeadDim, &decode_workspace_bytes, true},
     {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, kWideHeadDim, &decode_wgmma_workspace_bytes, true},
@@ -263,6 +264,10 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 32x16x257x128 77.0 / 97.6 / 82.6, 16x16x320x128 41.1 / 52.7 / 45.8, 16x16x384x128 52.9 / 50.7 / 45.5,
 // 16x16x385x128 66.8 / 77.4 / 70.8, 16x16x448x128 67.5 / 78.7 / 72.1, 8x16x512x128 43.8 / 39.9 / 37.8,
 // 16x16x1024x128 277.1 / 226.0 / 235.9; causal 8x16x512x128 32.4 / 33.6 / 33.7, 4x16x1024x128 45.3 / 42.1 / 50.7.
+// On those short heads at D = 128 it takes `wgmma_fp8_m64+fp8_pv`, both products in E4M3: graph us, wgmma_fp8_m64 /
+// +fp8_pv / cuDNN, H100, 2026-11-27, 3 interleaved rounds: 32x16x257x128 77.6 / 69.2 / 82.5, 16x16x385x128
+// 68.3 / 59.2 / 71.1, 16x16x320x128 41.6 / 37.5 / 46.1. At D = 64 not: 32x12x197x64 33.2 / 33.2 / 27.3,
+// 32x16x577x64 154.9 / 160.1 / 149.5, 8x16x512x64 29.4 / 28.5 / 26.9, 16x16x1024x64 171.8 / 161.6 / 161.2.
 namespace {
 bool one_group_pays(const AttentionParams& p) {
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
@@ -275,7 +280,9 @@ int fast_attention_variant(const AttentionParams& p, int sm) {
   const bool full_tier_wgmma =
       chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
   const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
-  if (hopper && one_group_pays(p)) return find_attention_variant("wgmma_fp8_m64");
+  if (hopper && one_group_pays(p)) {
+    return find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
+  }
   return full_tier_wgmma ? find_attention_variant("wgmma_fp8+fp8_pv") : chosen;
 }
 

@@ -127,6 +127,9 @@ cudaError_t launch_wgmma_m192(const AttentionParams& p, cudaStream_t s) {
 cudaError_t launch_wgmma_fp8_m64(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<true, false, 1, false, 1>>(p, s);
 }
+cudaError_t launch_wgmma_fp8_m64_fp8_pv(const AttentionParams& p, cudaStream_t s) {
+  return launch_variant<WgmmaVariant<true, false, 1, true, 1>>(p, s);
+}
 cudaError_t launch_wgmma_fp8_fp8_pv(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<true, false, 2, true>>(p, s);
 }

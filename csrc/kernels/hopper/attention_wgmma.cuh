@@ -90,8 +90,8 @@ struct WgmmaConfig {
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded) ||
-                    (kConsumerGroups == 1 && kFp8Scores && !kFp8Output),
-                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8`");
+                    (kConsumerGroups == 1 && kFp8Scores),
+                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8[+fp8_pv]`");
   // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
   // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
   // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s,
