@@ -52,8 +52,8 @@ FULL = Gates(kernel_sqnr_db=40.0, lse_atol=1e-3, lse_rtol=2.0**-20, end_to_end_f
 # the cases wgmma_fp8+fp8_pv takes (H200, 2026-11-27), end to end at most 1.08x exact; the fp8_pv variants at
 # D = 128 >= 31.58 dB and 1.43x exact (H100).
 FAST = Gates(kernel_sqnr_db=30.0, lse_atol=1e-2, lse_rtol=2.0**-8, end_to_end_factor=1.5, end_to_end_floor=0.01)
-# The fp8_pv variants by name (wgmma_fp8[_m64]+fp8_pv, fp8_mma+fp8_pv), on every case of the grid: DESIGN.md's 25 dB and
-# 2x exact + 0.02. A case of one query row has only 2 x 64 outputs, whose measured SQNR scatters around the
+# The fp8_pv variants by name (wgmma_fp8[_m64]+fp8_pv, fp8_mma+fp8_pv), on every case of the grid: DESIGN.md's
+# 25 dB and 2x exact + 0.02. A case of one query row has only 2 x 64 outputs, whose measured SQNR scatters around the
 # expected 31.5 dB: 29.9 dB at 1x2x2-1x1000-d64 (H200 and H100, 2026-11-22 and 2026-11-27; "fast" takes a decode
 # kernel there), >= 31.5 dB elsewhere; end to end at most 1.43x exact for wgmma_fp8+fp8_pv, 1.67x with
 # fp8_mma+fp8_pv (H100, 2026-11-27).

@@ -241,4 +241,10 @@ __device__ __forceinline__ void split_key_pairs(uint32_t codes, uint32_t* even_d
   *odd_dim = e4m3x2_high_to_half2(by_dim);
 }
 
+// __byte_perm selectors over two such registers, one of keys 0-7 and one of keys 8-15 of a 16-key group: bytes 0
+// and 2 of each give the word of dim 2g (kEvenDimKeys), bytes 1 and 3 that of dim 2g + 1 (kOddDimKeys), holding keys
+// 2c, 2c + 1, 2c + 8 and 2c + 9: positions 4c..4c + 3 of the E4M3 P fragments (key_of_position). code_tile_pv_e4m3
+// multiplies them as m16n8k32 B fragments; transpose_v_tile stores them as rows of V^T.
+constexpr uint32_t kEvenDimKeys = 0x6420, kOddDimKeys = 0x7531;
+
 }  // namespace sdpa

@@ -84,7 +84,6 @@ __device__ __forceinline__ void code_tile_pv(float (&o)[kD / 8][4], const uint32
 template <class Layout, int kD, int kN>
 __device__ __forceinline__ void code_tile_pv_e4m3(float (&o)[kD / 8][4], const uint32_t (&probs)[kN / 32][4],
                                                   const uint8_t* v_tile, int lane) {
-  constexpr uint32_t kEvenDims = 0x6420, kOddDims = 0x7531;
   const int mat = lane / 8, mat_row = lane % 8;
 #pragma unroll
   for (int kt = 0; kt < kN / 32; ++kt) {
@@ -101,10 +100,10 @@ __device__ __forceinline__ void code_tile_pv_e4m3(float (&o)[kD / 8][4], const u
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int block = 2 * db + h;  // 16-dim block
-        mma_16x8x32_e4m3(o[2 * block], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kEvenDims),
-                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kEvenDims));
-        mma_16x8x32_e4m3(o[2 * block + 1], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kOddDims),
-                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kOddDims));
+        mma_16x8x32_e4m3(o[2 * block], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kEvenDimKeys),
+                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kEvenDimKeys));
+        mma_16x8x32_e4m3(o[2 * block + 1], a, __byte_perm(v[0][2 * h], v[0][2 * h + 1], kOddDimKeys),
+                         __byte_perm(v[1][2 * h], v[1][2 * h + 1], kOddDimKeys));
       }
     }
   }

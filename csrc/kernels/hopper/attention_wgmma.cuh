@@ -334,8 +334,7 @@ __device__ __forceinline__ void transpose_v_tile(const uint8_t* codes, uint8_t* 
   using TransposedLayout = SwizzledCodeLayout<kN>;
   const int warp = tid / 32, lane = tid % 32;
   const int matrix = lane / 8, row = lane % 8;  // the row whose address the lane gives
-  constexpr uint32_t kEvenDims = 0x6420, kOddDims = 0x7531;  // bytes 0, 2 / 1, 3 of each matrix word
-  const uint32_t first = lane / 4 < 4 ? kEvenDims : kOddDims, second = first ^ kEvenDims ^ kOddDims;
+  const uint32_t first = lane / 4 < 4 ? kEvenDimKeys : kOddDimKeys, second = first ^ kEvenDimKeys ^ kOddDimKeys;
   const int key = 8 * (matrix % 2) + row, dim = 16 * (matrix / 2);
   const int transposed_dim = dim + 2 * row + ((matrix % 2) ^ (row >= 4 ? 1 : 0));
 #pragma unroll
