@@ -49,6 +49,7 @@ void print_wide_variant_sizes() {
       // The largest of the packed-row widths: 16 rows, 12 slots of codes (DecodeConfig::kSlots). On sm_90 both
       // variants run 16-row blocks with deeper rings, counted under the sm_90-only `decode_wgmma`.
       {"decode", DecodeConfig<kHeadDim, 1>::kSmemBytes},
+      {"wgmma+predecode", WgmmaConfig<kHeadDim, false, true>::kSmemBytes},
       {"decode_wgmma", std::max(DecodeConfig<kHeadDim, 1, DecodeByWarps, true>::kSmemBytes,
                                 decode_warpgroup_bytes<kHeadDim>())},
   });
@@ -66,7 +67,6 @@ void print_narrow_variant_sizes() {
       {"fp8_mma_m16", Fp8Config<kHeadDim, 1, 2>::kSmemBytes},
       {"fp8_split", Fp8SplitConfig<kHeadDim, 2, 4>::kSmemBytes},
       {"wgmma", WgmmaConfig<kHeadDim, false>::kSmemBytes},
-      {"wgmma+predecode", WgmmaConfig<kHeadDim, false, true>::kSmemBytes},
       {"wgmma_m192", WgmmaConfig<kHeadDim, false, false, kHeadDim == 64 ? 3 : 2>::kSmemBytes},
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
       {"wgmma_fp8_m64", WgmmaConfig<kHeadDim, true, false, 1>::kSmemBytes},

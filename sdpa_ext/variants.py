@@ -14,7 +14,7 @@ ALL_ARCHS = ("sm_80", "sm_89", "sm_90")
 FP8_ARCHS = ("sm_89", "sm_90")  # FP8 mma.sync
 HOPPER_ARCHS = ("sm_90",)  # wgmma, built as sm_90a
 HEAD_DIMS = (64, 128)
-WIDE_HEAD_DIMS = (64, 128, 256)  # the scalar, mma.sync and decode families
+WIDE_HEAD_DIMS = (64, 128, 256)  # the scalar, mma.sync and decode families, and wgmma+predecode
 TIERS = {
     "full": "the numerics contract of DESIGN.md section 2: exact products, q k^T, softmax and P v accumulated in "
             "fp32, P in fp16 or fp32; variant='auto' picks among these",
@@ -33,12 +33,17 @@ class Variant:
     archs: Tuple[str, ...] = ALL_ARCHS
     head_dims: Tuple[int, ...] = HEAD_DIMS
     aligned_rows: bool = False  # needs q/k/v rows 16-byte aligned (data_ptr and strides); 'auto' falls back
+    wide_builds: Tuple[str, ...] = ()  # builds that take WIDE_HEAD_DIMS where head_dims does not
 
     def builds(self) -> List[str]:
         """Every built name: the base name, then each subset of toggles in sorted order."""
         toggles = sorted(self.toggles)
         return ["+".join((self.name, *combo)) for n in range(len(toggles) + 1)
                 for combo in itertools.combinations(toggles, n)]
+
+    def build_head_dims(self, build: str) -> Tuple[int, ...]:
+        """The head dims one of builds() takes."""
+        return WIDE_HEAD_DIMS if build in self.wide_builds else self.head_dims
 
 
 _VARIANTS = (
@@ -72,7 +77,7 @@ _VARIANTS = (
             "and V to fp16 (exact); two consumer warpgroups of 64 query rows hold Q as fp16 register fragments and "
             "run fp16 wgmma for QK^T (fp32 sums), the register softmax (guessing that the row max stays) while the "
             "previous tile's fp16 wgmma PV (P from registers) still runs, taking turns on the tensor cores",
-            archs=HOPPER_ARCHS, aligned_rows=True),
+            archs=HOPPER_ARCHS, aligned_rows=True, wide_builds=("wgmma+predecode",)),
     Variant("wgmma_m192", 7, "full", (), "wgmma with 192-row query tiles at D = 64: three consumer warpgroups "
             "(no turns; 160 registers each, so Q is an fp16 tile in shared memory that wgmma reads), and the last "
             "wave's query tiles split into 64-row units whose three groups share the keys and merge at the end; "
@@ -108,7 +113,8 @@ TOGGLE_DESCRIPTIONS = {
                  "decodes the first wave's kv heads and the grid's idle producer warps the others, ahead of the "
                  "blocks that read them; no block decodes its own tiles, 128-key tiles at D = 128 (Q kept as codes "
                  "and converted per tile to make room), one producer warp copies; auto takes it at D = 128 from "
-                 "2048 query rows per kv head (causal: 4096, or 2048 with 64 kv heads)",
+                 "2048 query rows per kv head (causal: 4096, or 2048 with 64 kv heads). The Hopper kernel at "
+                 "D = 256: 64-key tiles in a ring of two, Q as an fp16 tile in shared memory",
     "fp8_pv": "fast tier: P V on the E4M3 tensor cores too, P scaled by 2^4 and cast to E4M3 (3 mantissa bits: "
               "output SQNR about 31.5 dB against float64 on random inputs, where fp16 P keeps 45-73). wgmma_fp8: V "
               "codes transposed by the producers (ldmatrix/stmatrix) instead of decoded, 9-12% faster than "
@@ -127,9 +133,8 @@ def variants() -> List[Variant]:
 def variant_names(arch: Optional[str] = None, head_dim: Optional[int] = None) -> List[str]:
     """Every built variant name, toggle combinations included, in ladder order; only those that run on `arch`
     (e.g. "sm_90") and are built for `head_dim` when they are given."""
-    return [name for v in _VARIANTS
-            if (arch is None or arch in v.archs) and (head_dim is None or head_dim in v.head_dims)
-            for name in v.builds()]
+    return [name for v in _VARIANTS if arch is None or arch in v.archs
+            for name in v.builds() if head_dim is None or head_dim in v.build_head_dims(name)]
 
 
 def device_arch(device=None) -> str:

@@ -94,8 +94,11 @@ HEAD_DIM_128 = [(1, 2, 2, 64, 64, 128), (2, 4, 4, 129, 129, 128), (1, 2, 2, 513,
 # them partial tiles. On a GPU of up to 132 SMs `wgmma+predecode` decodes most of their kv heads inside the grid
 # (kv_decode_ahead.cuh): one chunk of keys or none per block, two, and five (its two code buffers reused).
 MANY_HEADS = [(4, 48, 12, 129, 257, 64), (3, 32, 32, 200, 200, 128), (8, 32, 8, 100, 1200, 128)]
-# D = 256 (the scalar and mma.sync families): a partial key tile of 32, GQA with Sq != Sk, a partial query tile.
-HEAD_DIM_256 = [(1, 2, 2, 64, 64, 256), (2, 4, 2, 129, 200, 256), (1, 2, 2, 513, 300, 256)]
+# D = 256: a partial key tile (of 32 in the mma.sync family, 64 in `wgmma+predecode`), GQA with Sq != Sk, a
+# partial query tile, and 256 blocks of 128 rows, whose later kv heads `wgmma+predecode` decodes inside the grid
+# (11 key tiles through its ring of two slots).
+HEAD_DIM_256 = [(1, 2, 2, 64, 64, 256), (2, 4, 2, 129, 200, 256), (1, 2, 2, 513, 300, 256),
+                (8, 16, 8, 200, 700, 256)]
 
 CASES = (
     [(*s, False) for s in CLASSIC]

@@ -45,7 +45,7 @@ constexpr VariantEntry kVariants[] = {
     {"fp8_mma_m16", &launch_fp8_mma_m16, true, 89, 0, false, 128},
     {"fp8_split", &launch_fp8_split, true, 89, 0, false, 128},
     {"wgmma", &launch_wgmma, true, 90, 90, true, 128},
-    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, 128, &kv_decode_workspace_bytes},
+    {"wgmma+predecode", &launch_wgmma_predecode, true, 90, 90, true, kWideHeadDim, &kv_decode_workspace_bytes},
     {"wgmma_m192", &launch_wgmma_m192, true, 90, 90, true, 128},
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true, 128},
     {"wgmma_fp8_m64", &launch_wgmma_fp8_m64, true, 90, 90, true, 128},
@@ -155,16 +155,22 @@ const char* decode_variant_name(const AttentionParams& p, int sm) {
   return sm == 90 && decode_row_warps(p) == 4 ? "decode_wgmma" : "decode";
 }
 
-// Head dim 256 has the scalar, mma.sync and decode families only (kWideHeadDim). Of the mma.sync kernels (four
-// consumer warps a block at 253-255 registers, so by registers two blocks per SM, one with producer warps)
-// pipe3+swizzle is the fastest or within 1.5% of it: graph us, pipe3+swizzle / fused_softmax+swizzle /
-// warp_spec+2producers+swizzle / cuDNN, H100, 2026-11-26, one run of 3 rounds: 4x16x2048x256 1219 / 1227 / 1754 /
-// 409, causal 708 / 710 / 984 / 260; 1x16x8192x256 4806 / 4822 / 6914 / 1541, causal 2688 / 2675 / 3658 / 937;
-// causal 1x8x512x256 31.5 / 32.4 / 31.5 / 18.5.
-const char* wide_head_variant_name(const AttentionParams& p) { return decode_pays(p) ? "decode" : "pipe3+swizzle"; }
+// Head dim 256 has the scalar, mma.sync and decode families and `wgmma+predecode` (kWideHeadDim). On sm_90 the
+// Hopper kernel takes it: graph us, wgmma+predecode / pipe3+swizzle / cuDNN, H100, 2026-11-27, one run of 3 rounds:
+// 4x16x2048x256 438.0 / 1291.4 / 407.7, causal 279.9 / 739.4 / 259.0; 1x16x8192x256 1494.5 / 4893.9 / 1657.1,
+// causal 773.9 / 2926.6 / 892.1; 2x8x1024x256 38.3 / 83.9 / 33.8; 1x8x512x256 20.7 / 32.8 / 18.0; 1x4x128x256
+// 10.0 / 10.7 / 9.0. Elsewhere, of the mma.sync kernels (four consumer warps a block at 253-255 registers, so by
+// registers two blocks per SM, one with producer warps) pipe3+swizzle is the fastest or within 1.5% of it: graph us,
+// pipe3+swizzle / fused_softmax+swizzle / warp_spec+2producers+swizzle / cuDNN, H100, 2026-11-26, one run of 3
+// rounds: 4x16x2048x256 1219 / 1227 / 1754 / 409, causal 708 / 710 / 984 / 260; 1x16x8192x256 4806 / 4822 / 6914 /
+// 1541, causal 2688 / 2675 / 3658 / 937; causal 1x8x512x256 31.5 / 32.4 / 31.5 / 18.5.
+const char* wide_head_variant_name(const AttentionParams& p, int sm) {
+  if (decode_pays(p)) return "decode";
+  return sm == 90 ? "wgmma+predecode" : "pipe3+swizzle";
+}
 
 const char* auto_variant_name(const AttentionParams& p, int sm) {
-  if (p.head_dim == kWideHeadDim) return wide_head_variant_name(p);
+  if (p.head_dim == kWideHeadDim) return wide_head_variant_name(p, sm);
   if (decode_pays(p)) return decode_variant_name(p, sm);
   if (sm == 90 && (p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
@@ -270,6 +276,7 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 32x16x577x64 154.9 / 160.1 / 149.5, 8x16x512x64 29.4 / 28.5 / 26.9, 16x16x1024x64 171.8 / 161.6 / 161.2.
 namespace {
 bool one_group_pays(const AttentionParams& p) {
+  if (p.head_dim == kWideHeadDim) return false;  // no one-group kernel at D = 256
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
   return p.seqlen_k < 512 && p.seqlen_k % 128 != 0;
 }
@@ -283,7 +290,8 @@ int fast_attention_variant(const AttentionParams& p, int sm) {
   if (hopper && one_group_pays(p)) {
     return find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
   }
-  return full_tier_wgmma ? find_attention_variant("wgmma_fp8+fp8_pv") : chosen;
+  const int both_fp8 = find_attention_variant("wgmma_fp8+fp8_pv");
+  return full_tier_wgmma && attention_variant_takes_head_dim(both_fp8, p.head_dim) ? both_fp8 : chosen;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

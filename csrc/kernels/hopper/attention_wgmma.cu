@@ -116,7 +116,7 @@ cudaError_t launch_wgmma(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<false, false>>(p, s);
 }
 cudaError_t launch_wgmma_predecode(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<WgmmaVariant<false, true>>(p, s);
+  return launch_variant<WgmmaVariant<false, true>, kWideHeadDim>(p, s);
 }
 cudaError_t launch_wgmma_fp8(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<true, false>>(p, s);

@@ -12,6 +12,8 @@
 //              heads and the other three producer warps decode the rest ahead of the blocks that read
 //              them (kv_decode_ahead.cuh): 5.9 us of pass and 210.1 of attention there, against 28.8 us for a pass
 //              over every head. It pays where a kv head has many query rows (attention_dispatch.cu).
+//   wgmma+predecode at D = 256: the one Hopper kernel there (WgmmaConfig::kWide), 64-key tiles in a ring of two,
+//              Q as an fp16 tile in shared memory, each slot's K and V copied and freed apart (kSeparateValues)
 //   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
 //              shared memory, the last wave split (WgmmaJob), and each group stopping after its own rows' key tiles
 //              (kGroupTiles): 4x16x2048x64 148.5 against 165.9 us, causal 94.2 against 102.1 (H200, same run).
@@ -99,14 +101,27 @@ struct WgmmaConfig {
   // us, wgmma with one group / two / three, 180.6 / 171.1 / 147.7 at 4x16x2048x64, 182.8 / 180.4 / 174.3 at
   // 32x16x577x64.
   static constexpr int kBlocksPerSm = kConsumerGroups == 1 ? 2 : 1;
-  static constexpr int kStages = 3;
+  // D = 256 (kWide): predecoded only, 64-key tiles (O takes 128 of a consumer's registers, S 32, P twice 16), Q
+  // as an fp16 tile in shared memory (64 KB; its fp16 fragments would take 64 registers), and a ring of two 64 KB
+  // slots, beside the decode-ahead buffers: 225 KB.
+  static constexpr bool kWide = kHeadDim == 256;
+  static_assert(!kWide || (kPredecoded && kConsumerGroups == 2), "D = 256: `wgmma+predecode`, two groups");
+  static constexpr int kStages = kWide ? 2 : 3;
+  // Predecoded, each slot's K and V land on mbarriers of their own, and K is refilled once the Q K^T that read it
+  // is done (CODES_FREE), V once its P V is: with two slots of both refilled after the P V, a tile's copy would
+  // start only when the consumers already wait for it. H200, graph us, two alternating runs, refilled together /
+  // apart: 629.7, 629.1 / 446.3, 445.6 at 4x16x2048x256; 2237.1, 2234.9 / 1480.1, 1464.3 at 1x16x8192x256; causal
+  // 354.9, 355.3 / 278.8, 269.6 at 4x16x2048x256; 44.4, 44.3 / 34.8, 34.6 at 2x8x1024x256. (With three slots the
+  // refill has a tile's time to land, and a wait for each tile's V cost 2432 against 2367 cycles per tile at
+  // D = 128: load_half_tiles.)
+  static constexpr bool kSeparateValues = kPredecoded && kStages == 2;
   // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short), no turns (the named
   // barriers run out), and the last wave's blocks split into units of 64 rows whose keys the groups share. At 160
   // registers the consumers fit only with the guessed row max (the exact max first: 169 against 154 us at
   // 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers at 32 decode 2 rows per batch (4
   // spilled 4 bytes).
   static constexpr bool kTurns = kConsumerGroups == 2;
-  static constexpr bool kQInSmem = kConsumerGroups == 3;
+  static constexpr bool kQInSmem = kConsumerGroups == 3 || kWide;
   static constexpr bool kSplitTail = kConsumerGroups == 3;
   // Each group stops after the key tiles of its own 64 rows (consume_tiles), where the block's tile count is that
   // of its last row: 192 rows span one and a half 128-key tiles, so on a causal diagonal the first group needs one
@@ -115,7 +130,7 @@ struct WgmmaConfig {
   static constexpr bool kGroupTiles = !kTurns;
   static constexpr int kBlockM = 64 * kConsumerGroups;
   // One group at D = 128 takes 64-key tiles: slots of 128 keys (64 KB) fit twice only two deep.
-  static constexpr int kBlockN = kConsumerGroups == 1 && kHeadDim == 128 ? 64 : 128;
+  static constexpr int kBlockN = (kConsumerGroups == 1 && kHeadDim == 128) || kWide ? 64 : 128;
   static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
   // Predecoded at D = 128 the consumers keep Q as codes and convert it at every tile: with its fp16 fragments
   // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
@@ -150,9 +165,9 @@ struct WgmmaConfig {
   // Predecoded: two buffers of a code tile for the producers' decode ahead (kv_decode_ahead.cuh); 225 KB in all
   // at D = 128.
   static constexpr int kAheadBufferBytes = kPredecoded ? kBlockN * kHeadDim : 0;
-  // An mbarrier per slot and per decode-ahead buffer (predecoded, one more for the first tile's V: load_half_tiles),
-  // and the DecodeAheadJob.
-  static constexpr int kMbarriers = kStages + 2 + (kPredecoded ? 1 : 0);
+  // An mbarrier per slot and per decode-ahead buffer (predecoded, one more for the first tile's V, or with
+  // kSeparateValues one per slot for V: load_half_tiles), and the DecodeAheadJob.
+  static constexpr int kMbarriers = kStages + 2 + (kSeparateValues ? kStages : kPredecoded ? 1 : 0);
   static constexpr int kBarrierBytes = 8 * kMbarriers + sizeof(DecodeAheadJob);
   static constexpr int kQTileBytes = kQInSmem ? kBlockM * kHeadDim * 2 : 0;
   // A split unit's groups 1 and 2 leave their O, row max and row sums (kPartialFloats per lane) for group 0.
@@ -207,7 +222,8 @@ struct WgmmaSmem {
     return reinterpret_cast<uint64_t*>(partials() + Cfg::kPartialBytes / 4) + slot;
   }
   __device__ uint64_t* ahead_loaded() const { return tile_loaded(Cfg::kStages); }  // two mbarriers
-  __device__ uint64_t* first_values_loaded() const { return ahead_loaded() + 2; }  // predecoded
+  // Predecoded: the V of the first tile, or with kSeparateValues of each slot.
+  __device__ uint64_t* values_loaded(int slot) const { return ahead_loaded() + 2 + slot; }
   __device__ DecodeAheadJob* ahead_job() const {
     return reinterpret_cast<DecodeAheadJob*>(tile_loaded(0) + Cfg::kMbarriers);
   }
@@ -225,7 +241,8 @@ struct WgmmaSmem {
 // HALVES_FREE.
 // With kSplitRings the consumers never read codes: CODES_FREE(0) is the producers' own barrier before they refill
 // the one code slot.
-// Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE is not used.
+// Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE frees a slot's fp16 K
+// (kSeparateValues) or is not used.
 template <class Cfg>
 struct WgmmaBarriers {
   static constexpr int kGroups = Cfg::kConsumerGroups;
@@ -415,18 +432,20 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 // The copier of `wgmma+predecode`: one warp, whose first lane waits until the block's kv head is decoded and then
 // starts the TMA copies of each tile's fp16 K and V panels into a slot once the consumers are done with the tile it
 // held (HALVES_FREE); the consumers wait on the copies' mbarrier themselves.
-// The first tile's K lands on its slot's mbarrier alone and its V on first_values_loaded, so that a block's first
+// The first tile's K lands on its slot's mbarrier alone and its V on values_loaded, so that a block's first
 // Q K^T waits for half the bytes (the consumers wait for that V after their first softmax). At 4x16x2048x128 (H200,
 // clock64 stamps, medians over the blocks after the first wave) the first K tile was in shared memory ~3.1k cycles
 // into a block against ~3.4k for K and V, and 6.0k against 6.5-7.5k in the first wave, whose blocks all copy at
 // once; SM cycles of the attention kernel (base clock, interleaved): 362.8k, 362.8k -> 359.3k, 357.0k. Later tiles
 // keep one mbarrier for K and V: one for each tile's V cost a second wait in every pass of the loop, 2432 against
-// 2367 cycles per tile.
+// 2367 cycles per tile. With kSeparateValues every tile's K and V have mbarriers of their own, and K is copied once
+// its slot's last Q K^T is done (CODES_FREE), V once its last P V is.
 template <class Cfg>
 __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps,
                                                 const HeadCoords& c, int heads_kv, int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
-  constexpr int kN = Cfg::kBlockN;
+  constexpr int kN = Cfg::kBlockN, kBytes = Cfg::kHalfTileBytes;
+  constexpr bool kSeparate = Cfg::kSeparateValues;
   const bool elected = threadIdx.x % 32 == 0;
   if (elected) wait_for_decoded_head(maps.plan, c.batch * heads_kv + c.head_kv);
   auto copy_panels = [&](const CUtensorMap& map, __half* halves, int tile, uint64_t* loaded) {
@@ -435,29 +454,31 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
       tma_load_4d(halves + panel * Cfg::kPanelBytes / 2, map, panel * 64, tile * kN, c.head_kv, c.batch, loaded);
     }
   };
-  if (elected) {
-    mbarrier_arrive_expect_bytes(smem.tile_loaded(0), Cfg::kHalfTileBytes);
-    copy_panels(maps.k, smem.k_halves(0), 0, smem.tile_loaded(0));
-    mbarrier_arrive_expect_bytes(smem.first_values_loaded(), Cfg::kHalfTileBytes);
-    copy_panels(maps.v, smem.v_halves(0), 0, smem.first_values_loaded());
-  }
-  for (int tile = 1, slot = 1; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
-    if (Bars::refilled(tile - Cfg::kStages, tiles)) {
-      barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
+    const bool refill = Bars::refilled(tile - Cfg::kStages, tiles);
+    const bool own_values = kSeparate || tile == 0;  // V on values_loaded, not on K's mbarrier
+    uint64_t* keys_loaded = smem.tile_loaded(slot);
+    uint64_t* values_loaded = own_values ? smem.values_loaded(kSeparate ? slot : 0) : keys_loaded;
+    if (refill) {
+      barrier_sync(kSeparate ? Bars::codes_free(slot) : Bars::halves_free(slot),
+                   Bars::slot_users(Cfg::kConsumerThreads));
     }
     if (elected) {
-      uint64_t* loaded = smem.tile_loaded(slot);
-      mbarrier_arrive_expect_bytes(loaded, 2 * Cfg::kHalfTileBytes);
-      copy_panels(maps.k, smem.k_halves(slot), tile, loaded);
-      copy_panels(maps.v, smem.v_halves(slot), tile, loaded);
+      mbarrier_arrive_expect_bytes(keys_loaded, own_values ? kBytes : 2 * kBytes);
+      copy_panels(maps.k, smem.k_halves(slot), tile, keys_loaded);
+    }
+    if (kSeparate && refill) barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+    if (elected) {
+      if (own_values) mbarrier_arrive_expect_bytes(values_loaded, kBytes);
+      copy_panels(maps.v, smem.v_halves(slot), tile, values_loaded);
     }
   }
 }
 
 // The job's Q rows as an fp16 tile (HalfPanelLayout, signs flipped for a negative scale, rows past seqlen_q zero)
-// for three consumer groups (kQInSmem), decoded by the consumers 16 codes at a time while the producers wait for
-// the first tile; barrier 0 then holds the consumers until the tile is complete. (Decoded by the whole block
-// before the producers started: 158.7 against 154 us at 4x16x2048x64, H200.)
+// for three consumer groups or D = 256 (kQInSmem), decoded by the consumers 16 codes at a time while the producers
+// wait for the first tile; barrier 0 then holds the consumers until the tile is complete. (Decoded by the whole
+// block before the producers started: 158.7 against 154 us at 4x16x2048x64, H200.)
 template <class Cfg>
 __device__ __forceinline__ void decode_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
                                               const WgmmaJob& job) {
@@ -522,7 +543,9 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
   // bytes apart. V N-major: 128-byte rows of 64 dims, panels kPanelBytes apart, 8-key groups 1024 bytes apart.
   // kQInSmem: the Q tile as the A operand, K-major like fp16 K; the warpgroup's rows start at q_row0.
   __device__ void set_descriptors(const WgmmaSmem<Cfg>& smem, int q_row0) {
-    if constexpr (Cfg::kQInSmem) q_desc = descriptor_low(smem.q_halves() + q_row0 * kD, 16);
+    if constexpr (Cfg::kQInSmem) {
+      q_desc = descriptor_low(smem.q_halves() + HalfPanelLayout<Cfg::kBlockM>::offset(q_row0, 0), 16);
+    }
     k_desc0 = descriptor_low(Cfg::kFp8Scores ? static_cast<const void*>(smem.k_codes(0)) : smem.k_halves(0), 16);
     v_desc0 = Cfg::kFp8Output ? descriptor_low(smem.v_transposed(0), 16)
                               : descriptor_low(smem.v_halves(0), Cfg::kPanelBytes);
@@ -538,7 +561,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
   }
 
   // Starts S = Q K^T for the slot's tile (one commit group). Code tiles: a k32 step is 32 bytes = 2 descriptor
-  // units. fp16 panels: a k16 step is 32 bytes within a panel's 128-byte rows, then the next panel.
+  // units. fp16 panels (K, and Q with kQInSmem): a k16 step is 32 bytes within a panel's 128-byte rows, then the
+  // next panel.
   __device__ void issue_scores(float (&s)[kN / 8][4], int slot) {
     const uint32_t k_desc = k_desc0 + slot * kSlotUnits;
     // Q's descriptors derived anew for each tile: hoisted, they took 8 registers across the loop (and spilled).
@@ -552,7 +576,7 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
         const int panel = ks / 4, step = 2 * (ks % 4);
         const uint64_t b = kKHigh | (k_desc + panel * (Cfg::kPanelBytes / 16) + step);
         if constexpr (Cfg::kQInSmem) {
-          wgmma_f16_ss(s, kHalfHigh | (q_tile + 2 * ks), b, ks > 0);
+          wgmma_f16_ss(s, kHalfHigh | (q_tile + panel * (Cfg::kBlockM * 128 / 16) + step), b, ks > 0);
         } else if constexpr (Cfg::kQCodesForHalves) {
           wgmma_f16_rs<false>(s, q_halves[ks], b, ks > 0);
         } else {
@@ -716,19 +740,28 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
     }
   };
-  // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (not predecoded: no codes).
+  // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (predecoded: no codes, but
+  // with kSeparateValues its fp16 K).
   auto free_codes = [&](int tile, int slot) {
     if (!Cfg::kPredecoded && !Cfg::kSplitRings && Bars::refilled(tile, tiles)) {
       barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
+    }
+    if (Cfg::kSeparateValues && Bars::refilled(tile, tiles)) {
+      barrier_arrive(Bars::codes_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
     }
   };
   // Lets the producers refill the slot of a tile once its P V is done (they wait only for the slots they refill).
   auto free_halves = [&](int tile, int slot) {
     if (Bars::refilled(tile, tiles)) barrier_arrive(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
   };
-  // Predecoded, waits for the first tile's V (load_half_tiles), before any P V.
-  auto wait_for_first_values = [&] {
-    if constexpr (Cfg::kPredecoded) mbarrier_wait(smem.first_values_loaded(), 0);
+  // Predecoded, waits for the first tile's V (load_half_tiles), before any P V; with kSeparateValues for each
+  // tile's V before its P V.
+  auto wait_for_values = [&](int tile, int slot) {
+    if constexpr (Cfg::kSeparateValues) {
+      mbarrier_wait(smem.values_loaded(slot), tile / Cfg::kStages % 2);
+    } else if constexpr (Cfg::kPredecoded) {
+      if (tile == 0) mbarrier_wait(smem.values_loaded(0), 0);
+    }
   };
   auto take_turn = [&] {
     if constexpr (Cfg::kTurns) barrier_sync(Bars::turn(group), Bars::kGroupPair);
@@ -767,13 +800,14 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);
   free_codes(0, 0);
   w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
-  wait_for_first_values();  // landed during the softmax
+  wait_for_values(0, 0);  // landed during the softmax
   int slot = 0;  // tile % kStages, counted rather than divided
   for (int tile = 1; tile < group_tiles; ++tile) {
     const int prev = slot;
     slot = slot + 1 == Cfg::kStages ? 0 : slot + 1;
     w.convert_q();
     wait_for_tile(tile, slot);
+    if (tile > 1) wait_for_values(tile - 1, prev);
     take_turn();
     wgmma_fence();
     w.issue_scores(s, slot);
@@ -804,6 +838,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       replace_fragments(a, next);
     }
   }
+  if (group_tiles > 1) wait_for_values(group_tiles - 1, slot);
   take_turn();
   wgmma_fence();
   w.issue_output(a, slot);

@@ -163,6 +163,9 @@ __device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols],
 #define SDPA_ACC_TILES_8_15(d)                                                                                     \
   SDPA_ACC_TILE(d, 8), SDPA_ACC_TILE(d, 9), SDPA_ACC_TILE(d, 10), SDPA_ACC_TILE(d, 11), SDPA_ACC_TILE(d, 12),     \
       SDPA_ACC_TILE(d, 13), SDPA_ACC_TILE(d, 14), SDPA_ACC_TILE(d, 15)
+#define SDPA_ACC_TILES_8_AT(d, t0)                                                                                 \
+  SDPA_ACC_TILE(d, t0), SDPA_ACC_TILE(d, t0 + 1), SDPA_ACC_TILE(d, t0 + 2), SDPA_ACC_TILE(d, t0 + 3),             \
+      SDPA_ACC_TILE(d, t0 + 4), SDPA_ACC_TILE(d, t0 + 5), SDPA_ACC_TILE(d, t0 + 6), SDPA_ACC_TILE(d, t0 + 7)
 #define SDPA_ACC_TILES_0_3(d) SDPA_ACC_TILE(d, 0), SDPA_ACC_TILE(d, 1), SDPA_ACC_TILE(d, 2), SDPA_ACC_TILE(d, 3)
 #define SDPA_ACC_16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define SDPA_ACC_32                                                                                                 \
@@ -172,6 +175,14 @@ __device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols],
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
   "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "   \
   "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define SDPA_ACC_128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+  "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, " \
+  "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, " \
+  "%67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, " \
+  "%89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, " \
+  "%109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, " \
+  "%127}"
 
 // D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 32 E4M3 codes from registers (each warp's 16 rows as the
 // mma.sync m16n8k32 A fragment), B 32 x N codes K-major in shared memory. Products of E4M3 values are exact;
@@ -238,7 +249,32 @@ __device__ __forceinline__ void wgmma_f16_rs(float (&d)[16][4], const uint32_t (
 #endif
 }
 
-// D (64 x 128, fp32) = A B (+ D when accumulate): A 64 x 16 and B 16 x 128 fp16, both K-major in shared memory.
+template <bool kTransposeB>
+__device__ __forceinline__ void wgmma_f16_rs(float (&d)[32][4], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " SDPA_ACC_128
+      ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+      : SDPA_ACC_TILES_8_AT(d, 0), SDPA_ACC_TILES_8_AT(d, 8), SDPA_ACC_TILES_8_AT(d, 16), SDPA_ACC_TILES_8_AT(d, 24)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransposeB ? 1 : 0));
+#else
+  __trap();
+#endif
+}
+
+// D (64 x N, fp32) = A B (+ D when accumulate): A 64 x 16 and B 16 x N fp16, both K-major in shared memory.
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) {
+#if SDPA_HAS_SM90A
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SDPA_ACC_32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : SDPA_ACC_TILES_0_7(d)
+      : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));
+#else
+  __trap();
+#endif
+}
 __device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint64_t b, bool accumulate) {
 #if SDPA_HAS_SM90A
   asm volatile(
@@ -255,6 +291,8 @@ __device__ __forceinline__ void wgmma_f16_ss(float (&d)[16][4], uint64_t a, uint
 #undef SDPA_ACC_TILES_0_3
 #undef SDPA_ACC_TILES_0_7
 #undef SDPA_ACC_TILES_8_15
+#undef SDPA_ACC_TILES_8_AT
+#undef SDPA_ACC_128
 #undef SDPA_ACC_16
 #undef SDPA_ACC_32
 #undef SDPA_ACC_64
