@@ -76,7 +76,7 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 //   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
 // - larger heads: clusters of as few blocks as hold one, against a block a head or 16-block clusters: 4x16x768x128
 //   40.1 / 49.1, 16x16x512x128 95.2 / 107.7, 4x16x2048x64 52.7 / 58.8 (16-block clusters; no block holds it);
-//   where heads up to 512 KB do not smooth, the streaming clusters instead (launched once, a head per cluster at a
+//   where heads up to 1 MB do not smooth, the streaming clusters instead (launched once, a head per cluster at a
 //   time): 4x16x2048x128 87.9 against 97.6 us, 4x32x2048x128 154.4 / 189.2, 4x16x2048x64 48.3 / 52.5 (H100, one run
 //   each, both encoding by one reciprocal as 1a5c886 did; 81.1, 143.5 and 45.1 us with today's encode.cuh).
 // With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;

@@ -37,9 +37,10 @@ using quantize::vector_amax;
 
 // A block's share of a head: as few blocks as keep it within kShareBytes, so that several blocks (of different
 // clusters) share an SM and one's loads run while another waits at its cluster barrier; heads beyond kMaxStreamCtas
-// shares take other kernels (quantize_heads_by_stream).
+// shares take larger shares, up to kMaxShareBytes (three blocks an SM), and beyond those other kernels
+// (quantize_heads_by_stream).
 constexpr int kMaxStreamCtas = 16;
-constexpr int64_t kShareBytes = 32 * 1024;
+constexpr int64_t kShareBytes = 32 * 1024, kMaxShareBytes = 64 * 1024;
 
 // The 16-byte vectors of head `index` (of all the tensors) that cluster block `rank` of `ctas` stages: vectors
 // [begin, begin + count) of the head, in row-major order.
@@ -193,11 +194,13 @@ int resident_clusters_of(const QuantizeHeadsParams& b, const StreamShape& shape)
 
 }  // namespace
 
-// Heads up to 16 shares of kShareBytes (512 KB: 2048 x 128 in fp16). Larger shares were slower than two passes: at
-// 1x16x8192x128 (128 KB a block, one block per SM) 131.4 against 115.8 us.
+// Heads up to 16 shares of kMaxShareBytes (1 MB: 2048 x 256 or 4096 x 128 in fp16). Shares of 64 KB against two
+// passes, q, k and v, graph us, H100, 2026-11-27, two alternating runs: 4x16x2048x256 143.8 / 205.9, 8x16x2048x256
+// 268.9 / 382.5, 4x16x1536x256 106.1 / 164.5, 1x16x2048x256 46.6 / 57.1, 2x16x4096x128 76.5 / 107.1. Larger shares
+// were slower than two passes: at 1x16x8192x128 (128 KB a block, one block per SM) 131.4 against 115.8 us.
 bool quantize_heads_by_stream(const QuantizeHeadsParams& b, int sm) {
   const StreamShape shape = stream_shape(b);
-  return sm >= 90 && b.vectorized && !quantize::smooths(b) && shape.smem_bytes <= kShareBytes &&
+  return sm >= 90 && b.vectorized && !quantize::smooths(b) && shape.smem_bytes <= kMaxShareBytes &&
          resident_clusters_of(b, shape) > 0;
 }
 
