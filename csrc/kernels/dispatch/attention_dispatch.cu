@@ -242,11 +242,16 @@ bool attention_variant_aligned(int variant, const AttentionParams& p) {
            strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.v_batch_stride, p.v_head_stride, p.v_row_stride)));
 }
 
+// A choice that cannot read the inputs gives way to the choice of a GPU without TMA kernels (the Hopper kernels'
+// descriptors cannot step a stride-0 dimension; the others can), then to `scalar`, which reads any rows.
 int auto_attention_variant(const AttentionParams& p, int sm) {
+  auto readable = [&](int variant) {
+    return attention_variant_aligned(variant, p) && attention_variant_runs_on(variant, sm);
+  };
   const int fastest = find_attention_variant(auto_variant_name(p, sm));
-  return attention_variant_aligned(fastest, p) && attention_variant_runs_on(fastest, sm)
-             ? fastest
-             : find_attention_variant("scalar");
+  if (readable(fastest)) return fastest;
+  const int without_tma = find_attention_variant(auto_variant_name(p, std::min(sm, 89)));
+  return readable(without_tma) ? without_tma : find_attention_variant("scalar");
 }
 
 // The fast tier swaps in `wgmma_fp8+fp8_pv` (both products on the e4m3 tensor cores) wherever auto takes `wgmma`
