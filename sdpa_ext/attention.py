@@ -15,9 +15,9 @@ from sdpa_ext.variants import WIDE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 # Head dims with kernels (variant 'auto' has one for each; 256 in the scalar, mma.sync, decode and wgmma+predecode
-# kernels). A
-# smaller head dim runs zero-padded to the next one: zero dims add nothing to q k^T, leave each head's amax (so its
-# E4M3 codes) unchanged, and give zero output dims, cut off again; the softmax scale stays that of the true head dim.
+# kernels). A smaller head dim runs zero-padded to the next one: zero dims add nothing to q k^T, leave each head's
+# amax (so its E4M3 codes) unchanged, and give zero output dims, cut off again; the softmax scale stays that of the
+# true head dim.
 # Larger head dims run on torch SDPA (fallback_counts()).
 KERNEL_HEAD_DIMS = WIDE_HEAD_DIMS
 

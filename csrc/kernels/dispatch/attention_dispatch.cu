@@ -281,7 +281,6 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 32x16x577x64 154.9 / 160.1 / 149.5, 8x16x512x64 29.4 / 28.5 / 26.9, 16x16x1024x64 171.8 / 161.6 / 161.2.
 namespace {
 bool one_group_pays(const AttentionParams& p) {
-  if (p.head_dim == kWideHeadDim) return false;  // no one-group kernel at D = 256
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
   return p.seqlen_k < 512 && p.seqlen_k % 128 != 0;
 }
@@ -292,11 +291,14 @@ int fast_attention_variant(const AttentionParams& p, int sm) {
   const bool full_tier_wgmma =
       chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
   const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
+  int fast = chosen;
   if (hopper && one_group_pays(p)) {
-    return find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
+    fast = find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
+  } else if (full_tier_wgmma) {
+    fast = find_attention_variant("wgmma_fp8+fp8_pv");
   }
-  const int both_fp8 = find_attention_variant("wgmma_fp8+fp8_pv");
-  return full_tier_wgmma && attention_variant_takes_head_dim(both_fp8, p.head_dim) ? both_fp8 : chosen;
+  // The fast kernels are built for D = 64 and 128; at D = 256 auto's choice stays.
+  return attention_variant_takes_head_dim(fast, p.head_dim) ? fast : chosen;
 }
 
 cudaError_t launch_attention(const AttentionParams& params, int variant, cudaStream_t stream) {

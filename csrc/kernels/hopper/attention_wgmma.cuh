@@ -743,10 +743,8 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (predecoded: no codes, but
   // with kSeparateValues its fp16 K).
   auto free_codes = [&](int tile, int slot) {
-    if (!Cfg::kPredecoded && !Cfg::kSplitRings && Bars::refilled(tile, tiles)) {
-      barrier_arrive(Bars::codes_free(slot), Cfg::kThreads);
-    }
-    if (Cfg::kSeparateValues && Bars::refilled(tile, tiles)) {
+    constexpr bool kConsumersFreeCodes = Cfg::kPredecoded ? Cfg::kSeparateValues : !Cfg::kSplitRings;
+    if (kConsumersFreeCodes && Bars::refilled(tile, tiles)) {
       barrier_arrive(Bars::codes_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
     }
   };

@@ -157,15 +157,11 @@ __device__ __forceinline__ void replace_fragments(uint32_t (&dst)[kRows][kCols],
 // The m64nN accumulators of a warpgroup, as this thread's N / 8 n-tiles of the mma.sync C layout: the warp's
 // 16 rows, lane l holding rows l / 4 and l / 4 + 8 at columns 2 (l % 4) and 2 (l % 4) + 1 of each 8 columns.
 #define SDPA_ACC_TILE(d, t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
-#define SDPA_ACC_TILES_0_7(d)                                                                                      \
-  SDPA_ACC_TILE(d, 0), SDPA_ACC_TILE(d, 1), SDPA_ACC_TILE(d, 2), SDPA_ACC_TILE(d, 3), SDPA_ACC_TILE(d, 4),        \
-      SDPA_ACC_TILE(d, 5), SDPA_ACC_TILE(d, 6), SDPA_ACC_TILE(d, 7)
-#define SDPA_ACC_TILES_8_15(d)                                                                                     \
-  SDPA_ACC_TILE(d, 8), SDPA_ACC_TILE(d, 9), SDPA_ACC_TILE(d, 10), SDPA_ACC_TILE(d, 11), SDPA_ACC_TILE(d, 12),     \
-      SDPA_ACC_TILE(d, 13), SDPA_ACC_TILE(d, 14), SDPA_ACC_TILE(d, 15)
 #define SDPA_ACC_TILES_8_AT(d, t0)                                                                                 \
   SDPA_ACC_TILE(d, t0), SDPA_ACC_TILE(d, t0 + 1), SDPA_ACC_TILE(d, t0 + 2), SDPA_ACC_TILE(d, t0 + 3),             \
       SDPA_ACC_TILE(d, t0 + 4), SDPA_ACC_TILE(d, t0 + 5), SDPA_ACC_TILE(d, t0 + 6), SDPA_ACC_TILE(d, t0 + 7)
+#define SDPA_ACC_TILES_0_7(d) SDPA_ACC_TILES_8_AT(d, 0)
+#define SDPA_ACC_TILES_8_15(d) SDPA_ACC_TILES_8_AT(d, 8)
 #define SDPA_ACC_TILES_0_3(d) SDPA_ACC_TILE(d, 0), SDPA_ACC_TILE(d, 1), SDPA_ACC_TILE(d, 2), SDPA_ACC_TILE(d, 3)
 #define SDPA_ACC_16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define SDPA_ACC_32                                                                                                 \
