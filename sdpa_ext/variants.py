@@ -117,8 +117,9 @@ TOGGLE_DESCRIPTIONS = {
                  "D = 256: 64-key tiles in a ring of two, Q as an fp16 tile in shared memory",
     "fp8_pv": "fast tier: P V on the E4M3 tensor cores too, P scaled by 2^4 and cast to E4M3 (3 mantissa bits: "
               "output SQNR about 31.5 dB against float64 on random inputs, where fp16 P keeps 45-73). wgmma_fp8: V "
-              "codes transposed by the producers (ldmatrix/stmatrix) instead of decoded, 9-12% faster than "
-              "wgmma_fp8 at D = 128 on an H200, and variant='fast' takes it wherever auto takes wgmma[+predecode] "
+              "codes transposed by the producers (ldmatrix/stmatrix) instead of decoded, or by a pass over memory "
+              "where a kv head has 32 query blocks or more (128 causal), 9-12% faster than wgmma_fp8 at D = 128 "
+              "on an H200, and variant='fast' takes it wherever auto takes wgmma[+predecode] "
               "(wgmma_fp8_m64+fp8_pv on short heads at D = 128: 10-13% faster than wgmma_fp8_m64 on an H100). "
               "fp8_mma (sm_89): mma.sync m16n8k32 e4m3 on the V codes (fp16 mma on converted codes on sm_90, "
               "where ptxas has no e4m3 mma.sync); by name only, not timed on an sm_89 GPU",

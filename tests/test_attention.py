@@ -99,10 +99,14 @@ MANY_HEADS = [(4, 48, 12, 129, 257, 64), (3, 32, 32, 200, 200, 128), (8, 32, 8, 
 # (11 key tiles through its ring of two slots).
 HEAD_DIM_256 = [(1, 2, 2, 64, 64, 256), (2, 4, 2, 129, 200, 256), (1, 2, 2, 513, 300, 256),
                 (8, 16, 8, 200, 700, 256)]
+# kv heads with at least 128 query blocks of 128 rows, for which `wgmma_fp8+fp8_pv` takes V^T from a pass over
+# memory (transpose_values.h), causal too: keys that are not a multiple of 16 (zero codes pad V^T's rows) and a
+# last key tile mostly past them.
+VALUES_BY_PASS = [(1, 32, 1, 600, 700, 128), (2, 64, 1, 300, 333, 64)]
 
 CASES = (
     [(*s, False) for s in CLASSIC]
-    + [(*s, c) for s in AWKWARD_S + UNEQUAL + GQA + HEAD_DIM_128 + MANY_HEADS + HEAD_DIM_256
+    + [(*s, c) for s in AWKWARD_S + UNEQUAL + GQA + HEAD_DIM_128 + MANY_HEADS + HEAD_DIM_256 + VALUES_BY_PASS
        for c in (False, True)]
     + [(1, 8, 8, 512, 512, 64, True), (1, 8, 8, 2048, 2048, 64, True)]
 )

@@ -7,6 +7,7 @@
 #include "../common/attention_common.cuh"
 #include "../decode/decode_plan.h"
 #include "../hopper/kv_to_half.h"
+#include "../hopper/transpose_values.h"
 #include "launch.h"
 #include "variant_launchers.h"
 
@@ -23,7 +24,7 @@ struct VariantEntry {
   int max_sm;               // 0: any newer GPU; wgmma is built for sm_90a, which runs on sm_90 only
   bool tma;                 // loads through TMA descriptors, which cannot step a dimension with stride 0
   int max_head_dim;         // 128, or kWideHeadDim where its launcher builds that too (launch_variant)
-  WorkspaceBytes workspace = nullptr;  // scratch it needs (fp16 copies of K and V, partial rows of key splits)
+  WorkspaceBytes workspace = nullptr;  // scratch it needs (copies of K and V or V^T, partial rows of key splits)
   bool decode = false;                 // reads seqlens_k and quantizes a q of values itself (Sq <= 16)
 };
 
@@ -50,7 +51,7 @@ constexpr VariantEntry kVariants[] = {
     {"wgmma_fp8", &launch_wgmma_fp8, true, 90, 90, true, 128},
     {"wgmma_fp8_m64", &launch_wgmma_fp8_m64, true, 90, 90, true, 128},
     {"wgmma_fp8_m64+fp8_pv", &launch_wgmma_fp8_m64_fp8_pv, true, 90, 90, true, 128},
-    {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128},
+    {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128, &transposed_values_workspace_bytes},
     {"decode", &launch_decode, true, 80, 0, false, kWideHeadDim, &decode_workspace_bytes, true},
     {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, kWideHeadDim, &decode_wgmma_workspace_bytes, true},
 };

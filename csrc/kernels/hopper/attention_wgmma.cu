@@ -5,6 +5,7 @@
 #include "../dispatch/variant_launchers.h"
 #include "attention_wgmma.cuh"
 #include "kv_to_half.h"
+#include "transpose_values.h"
 
 namespace sdpa {
 namespace {
@@ -65,20 +66,30 @@ int multiprocessor_count() {
   return sms;
 }
 
-// Code boxes of kv_rows x D: k in the 64- or 128-byte swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k),
-// v in the same swizzle for the producers' transpose (swizzle_v, transpose_v_tile) or plain.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, bool swizzle_v, WgmmaMaps* maps) {
-  const CUtensorMapSwizzle rows_swizzle = p.head_dim == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
-  const CUtensorMapSwizzle k_swizzle = swizzle_k ? rows_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE;
+// The 64- or 128-byte swizzle of wgmma's K-major E4M3 operands, whose rows are `row_bytes` long.
+CUtensorMapSwizzle code_rows_swizzle(int row_bytes) {
+  return row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
+}
+
+// Code boxes of kv_rows x D: k in the swizzle of D-byte rows that e4m3 wgmma reads (swizzle_k) or plain; v plain,
+// in k's swizzle, or its transpose (V^T [B * Hkv][D][row bytes] in the workspace, transpose_values.h) in boxes of
+// D x kv_rows in the swizzle of kv_rows-byte rows: that TMA map's rows are dims and its columns keys.
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, ValuesMap values,
+                            WgmmaMaps* maps) {
+  const CUtensorMapSwizzle k_swizzle = swizzle_k ? code_rows_swizzle(p.head_dim) : CU_TENSOR_MAP_SWIZZLE_NONE;
   cudaError_t err = encode_tile_map(&maps->k, {p.k, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim,
                                                p.k_batch_stride, p.k_head_stride, p.k_row_stride, kv_rows,
                                                p.head_dim, k_swizzle});
-  if (err == cudaSuccess) {
-    err = encode_tile_map(&maps->v, {p.v, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
-                                     p.v_head_stride, p.v_row_stride, kv_rows, p.head_dim,
-                                     swizzle_v ? rows_swizzle : CU_TENSOR_MAP_SWIZZLE_NONE});
+  if (err != cudaSuccess) return err;
+  if (values != ValuesMap::kTransposed) {
+    return encode_tile_map(&maps->v, {p.v, false, p.batch, p.heads_kv, p.seqlen_k, p.head_dim, p.v_batch_stride,
+                                      p.v_head_stride, p.v_row_stride, kv_rows, p.head_dim,
+                                      values == ValuesMap::kSwizzled ? code_rows_swizzle(p.head_dim)
+                                                                     : CU_TENSOR_MAP_SWIZZLE_NONE});
   }
-  return err;
+  const int64_t row = transposed_values_row_bytes(p), head = row * p.head_dim, batch = head * p.heads_kv;
+  return encode_tile_map(&maps->v, {p.workspace, false, p.batch, p.heads_kv, p.head_dim, static_cast<int>(row),
+                                    batch, head, row, p.head_dim, kv_rows, code_rows_swizzle(kv_rows)});
 }
 
 cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_m, WgmmaMaps* maps,
@@ -89,7 +100,7 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
   maps->plan = plan_kv_decode(p, blocks_per_kv_head, kv_rows, multiprocessor_count());
   if (cudaError_t err = launch_kv_to_half(p, maps->plan, stream); err != cudaSuccess) return err;
   WgmmaMaps codes;
-  if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, /*swizzle_v=*/false, &codes);
+  if (cudaError_t err = make_wgmma_maps(p, kv_rows, /*swizzle_k=*/false, ValuesMap::kPlain, &codes);
       err != cudaSuccess) {
     return err;
   }

@@ -5,6 +5,7 @@
 //              about 14 significant bits (lse off by up to 1.0e-3, by 1.5 at |lse| ~ 4000, and by 1.2e-3 of |lse|
 //              where every product is positive; fp32 sums stay under 5.6e-4 and 5.0e-4)
 //   wgmma_fp8+fp8_pv  O += P V by e4m3 wgmma too (kFp8Output): P cast to E4M3, V codes transposed by the producers
+//              or, where a kv head has many query blocks, by a pass over memory (kValuesByPass)
 //   wgmma+predecode  `wgmma` on fp16 copies of K and V (kv_to_half.h): TMA lands them in the ring as they are, so
 //              no block decodes its own tiles, one producer warp starts the copies and the consumers wait on the
 //              copies' mbarriers. Every query block of a head decoded all of its keys before; at 4x16x2048x128 the
@@ -39,7 +40,8 @@
 //   are D / 64 panels of [rows][64 dims] with the 128-byte swizzle (chunk ^ row % 8): K-major for K, N-major for
 //   V. For `wgmma_fp8` the TMA writes K codes in wgmma's 64- or 128-byte swizzle of D-byte rows
 //   (SwizzledCodeLayout); V codes are plain, or for fp8_pv in K's swizzle, and the slot's third tile is their
-//   transpose [D][kBlockN] instead of fp16 V.
+//   transpose [D][kBlockN] in the swizzle of kBlockN-byte rows instead of fp16 V (kValuesByPass: that transpose in
+//   V's place, copied by TMA).
 // The copies use TMA rather than cp.async because the proxy fence that must follow cp.async before wgmma may read
 // the data (MEMBAR.ALL.CTA in SASS) waits for every copy still in flight: with cp.async the ring never held more
 // than one tile in flight and wgmma_fp8 took 401 us at 4x16x2048x128, 331 us with the V decode removed and 244 us
@@ -55,11 +57,12 @@
 #include "grid_order.h"
 #include "hopper.cuh"
 #include "kv_decode_ahead.cuh"
+#include "transpose_values.h"
 
 namespace sdpa {
 
 template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false, int kConsumerGroups_ = 2,
-          bool kFp8Output_ = false>
+          bool kFp8Output_ = false, bool kValuesByPass_ = false>
 struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr bool kFp8Scores = kFp8Scores_;
@@ -77,6 +80,13 @@ struct WgmmaConfig {
   // peaked (scores scaled by 8 or 30) and nothing elsewhere.
   static constexpr bool kFp8Output = kFp8Output_;
   static_assert(!kFp8Output || kFp8Scores, "the fast tier only");
+  // fp8_pv with V^T from a pass over memory (transpose_values.h) that the producers copy in by TMA: every query
+  // block of a kv head transposes each of its tiles otherwise. The pass reads and writes V once, which pays only
+  // where a kv head has many query blocks (values_by_pass_pays has the numbers); short heads lose (H200, graph us,
+  // `wgmma_fp8_m64+fp8_pv` 67.4 / 76.3 at 32x16x257x128 with producers / the pass), so that variant never takes
+  // it.
+  static constexpr bool kValuesByPass = kValuesByPass_;
+  static_assert(!kValuesByPass || kFp8Output, "V^T for fp8_pv");
   using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
   // K and V arrive as fp16 by TMA, decoded beforehand by kv_to_half.cu: no codes in shared memory, nothing for the
   // producers to decode (`wgmma+predecode`).
@@ -154,7 +164,9 @@ struct WgmmaConfig {
   static constexpr int kPanelBytes = kBlockN * 64 * 2;       // 64 dims of an fp16 K or V tile
   static constexpr int kHalfTileBytes = kHeadDim / 64 * kPanelBytes;
   static constexpr int kSlotBytes = (kSplitRings ? 0 : 2 * kCodeTileBytes) +
-                                    (kFp8Output ? kCodeTileBytes : (kFp8Scores ? 1 : 2) * kHalfTileBytes);
+                                    (kValuesByPass ? 0
+                                     : kFp8Output  ? kCodeTileBytes
+                                                   : (kFp8Scores ? 1 : 2) * kHalfTileBytes);
   // The A fragments of P V: E4M3 codes for k32 steps, or fp16 for k16 steps.
   using Probabilities = std::conditional_t<kFp8Output, uint32_t[kBlockN / 32][4], uint32_t[kBlockN / 16][4]>;
   static constexpr int kRingBytes = (kSplitRings ? 2 * kCodeTileBytes : 0) + kStages * kSlotBytes;
@@ -175,15 +187,18 @@ struct WgmmaConfig {
   static constexpr int kPartialBytes = kSplitTail ? (kConsumerGroups - 1) * kGroupThreads * kPartialFloats * 4 : 0;
   static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kAheadBufferBytes + kQTileBytes + kPartialBytes +
                                     kBarrierBytes;  // + aligning the base
+  // The producer warpgroup only starts TMA copies (one warp) where nothing is decoded or transposed in the block:
+  // predecoded, or V^T by the pass. The consumers then wait on the copies' mbarriers instead of FULL.
+  static constexpr bool kCopiesOnly = kPredecoded || kValuesByPass;
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (fp8_pv too: its transpose by ldmatrix/stmatrix fits
   // the producers' 40; 216 + 72 timed the same); producers that only start copies need fewer. Three groups:
   // 384 x 160 + 128 x 32 = 65536.
-  // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers.
+  // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers (232 + 24 copying only).
   static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160
-                                            : kPredecoded          ? 240
-                                            : kConsumerGroups == 1 ? 216
+                                            : kConsumerGroups == 1 ? (kCopiesOnly ? 232 : 216)
+                                            : kCopiesOnly          ? 240
                                                                    : 232;
-  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kPredecoded ? 24 : 40;
+  static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kCopiesOnly ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
   // split that asks for more leaves the consumers' setmaxnreg.inc waiting forever (a hang, seen with 224 + 64).
   static_assert(kConsumerThreads * kConsumerRegisters + kProducerThreads * kProducerRegisters <=
@@ -212,7 +227,9 @@ struct WgmmaSmem {
                             : reinterpret_cast<__half*>(v_codes(slot) + Cfg::kCodeTileBytes);
   }
   __device__ __half* k_halves(int slot) const { return v_halves(slot) + Cfg::kHalfTileBytes / 2; }
-  __device__ uint8_t* v_transposed(int slot) const { return v_codes(slot) + Cfg::kCodeTileBytes; }  // kFp8Output
+  __device__ uint8_t* v_transposed(int slot) const {  // kFp8Output
+    return Cfg::kValuesByPass ? v_codes(slot) : v_codes(slot) + Cfg::kCodeTileBytes;
+  }
   __device__ uint8_t* ahead_codes() const { return base + Cfg::kRingBytes; }  // two buffers
   __device__ __half* q_halves() const {
     return reinterpret_cast<__half*>(ahead_codes() + 2 * Cfg::kAheadBufferBytes);
@@ -241,8 +258,8 @@ struct WgmmaSmem {
 // HALVES_FREE.
 // With kSplitRings the consumers never read codes: CODES_FREE(0) is the producers' own barrier before they refill
 // the one code slot.
-// Predecoded, the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE frees a slot's fp16 K
-// (kSeparateValues) or is not used.
+// With kCopiesOnly the consumers wait on the TMA copy's mbarrier instead of FULL, and CODES_FREE frees a slot's
+// fp16 K (kSeparateValues) or is not used.
 template <class Cfg>
 struct WgmmaBarriers {
   static constexpr int kGroups = Cfg::kConsumerGroups;
@@ -253,9 +270,9 @@ struct WgmmaBarriers {
   static constexpr int kDecodeAhead = 1 + (kGroups + 2) * Cfg::kStages + (Cfg::kTurns ? kGroups : 0);
   static constexpr int kGroupPair = Cfg::kProducerThreads + Cfg::kGroupThreads;  // FULL and TURN
   // HALVES_FREE's threads: the consumers that read the slot's tiles and every producer, which decode into the
-  // slot; predecoded, the one producer warp that starts the copies.
+  // slot; with kCopiesOnly the one producer warp that starts the copies.
   __device__ static int slot_users(int consumers) {
-    return consumers + (Cfg::kPredecoded ? 32 : Cfg::kProducerThreads);
+    return consumers + (Cfg::kCopiesOnly ? 32 : Cfg::kProducerThreads);
   }
   static_assert(kDecodeAhead + (Cfg::kPredecoded ? 1 : 0) <= 16, "16 named barriers per block");
   // Whether the consumers must free tile t's slot: the producers wait only for the slots they refill.
@@ -380,6 +397,7 @@ template <class Cfg>
 __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const WgmmaJob& job,
                                               int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
+  static_assert(!Cfg::kCopiesOnly, "load_code_tiles, load_half_tiles");
   constexpr int kN = Cfg::kBlockN, kCodeSlots = Cfg::kSplitRings ? 1 : Cfg::kStages;
   constexpr int kConsumersReadCodes = Cfg::kSplitRings ? 0 : 1;  // the tiles a code slot stays busy after decoding
   const int tid = threadIdx.x - Cfg::kConsumerThreads;
@@ -426,6 +444,27 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
       barrier_sync(Bars::codes_free(freed % kCodeSlots), (kConsumersReadCodes ? consumers : 0) + Cfg::kProducerThreads);
     }
     issue(freed + kCodeSlots);
+  }
+}
+
+// The copier of fp8_pv with kValuesByPass: one warp, whose first lane starts the TMA copies of each tile's K codes and V^T codes
+// (transpose_values.h) into a slot once the consumers' P V of the tile it held is done (HALVES_FREE); the consumers
+// wait on the copies' mbarrier themselves.
+template <class Cfg>
+__device__ __forceinline__ void load_code_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
+                                                int tiles) {
+  using Bars = WgmmaBarriers<Cfg>;
+  constexpr int kN = Cfg::kBlockN;
+  const bool elected = threadIdx.x % 32 == 0;
+  for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
+    if (Bars::refilled(tile - Cfg::kStages, tiles)) {
+      barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+    }
+    if (elected) {
+      mbarrier_arrive_expect_bytes(smem.tile_loaded(slot), 2 * Cfg::kCodeTileBytes);
+      tma_load_4d(smem.k_codes(slot), maps.k, 0, tile * kN, c.head_kv, c.batch, smem.tile_loaded(slot));
+      tma_load_4d(smem.v_transposed(slot), maps.v, tile * kN, 0, c.head_kv, c.batch, smem.tile_loaded(slot));
+    }
   }
 }
 
@@ -731,19 +770,20 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
   // The tiles this group multiplies: the block's first group_tiles; the producers still load all `tiles`.
   const int group_tiles = Cfg::kGroupTiles ? key_tiles_of_rows(p, job.row0 + q_row0, 64, kN) : tiles;
-  // Waits until tile `tile` is in its slot: the producers' FULL, or predecoded the TMA copies' mbarrier (for the
-  // first tile its K only).
+  // Waits until tile `tile` is in its slot: the producers' FULL, or with kCopiesOnly the TMA copies' mbarrier
+  // (predecoded, for the first tile its K only).
   auto wait_for_tile = [&](int tile, int slot) {
-    if constexpr (Cfg::kPredecoded) {
+    if constexpr (Cfg::kCopiesOnly) {
       mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
     } else {
       barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
     }
   };
   // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (predecoded: no codes, but
-  // with kSeparateValues its fp16 K).
+  // with kSeparateValues its fp16 K; kValuesByPass: K's codes stay until the slot's V^T is done with).
   auto free_codes = [&](int tile, int slot) {
-    constexpr bool kConsumersFreeCodes = Cfg::kPredecoded ? Cfg::kSeparateValues : !Cfg::kSplitRings;
+    constexpr bool kConsumersFreeCodes =
+        Cfg::kPredecoded ? Cfg::kSeparateValues : !Cfg::kSplitRings && !Cfg::kValuesByPass;
     if (kConsumersFreeCodes && Bars::refilled(tile, tiles)) {
       barrier_arrive(Bars::codes_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
     }
@@ -864,8 +904,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers are initialized
-  // Launched as a programmatic dependent launch after the decode pass (kv_to_half.cu), which wrote K and V.
-  if constexpr (Cfg::kPredecoded) wait_for_previous_grids();
+  // Launched as a programmatic dependent launch after the pass (kv_to_half.cu, transpose_values.cu) that wrote
+  // the copies of K and V or V^T.
+  if constexpr (Cfg::kCopiesOnly) wait_for_previous_grids();
   const HeadCoords& c = job.c;
   const int tiles = key_tiles(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
   if (threadIdx.x >= Cfg::kConsumerThreads) {
@@ -879,6 +920,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
             maps.plan, maps.k_codes, maps.v_codes, p.heads_kv, p.seqlen_k, smem.ahead_codes(), smem.ahead_loaded(),
             smem.ahead_job(), tid - 32);
       }
+    } else if constexpr (Cfg::kValuesByPass) {
+      if (threadIdx.x - Cfg::kConsumerThreads < 32) load_code_tiles<Cfg>(smem, maps, c, tiles);
     } else {
       produce_tiles<Cfg>(smem, maps, job, tiles);
     }
@@ -892,9 +935,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
 #endif
 }
 
+// How the TMA reads v: plain [kv_rows][D] boxes, boxes in K's swizzle (for transpose_v_tile), or V^T from
+// p.workspace (transpose_values.h) in [D][kv_rows] boxes.
+enum class ValuesMap { kPlain, kSwizzled, kTransposed };
 // Encodes the TMA descriptors of k and v (attention_wgmma.cu), k swizzled for e4m3 wgmma when `swizzle_k`; fails
 // for strides the TMA cannot express.
-cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, bool swizzle_v, WgmmaMaps* maps);
+cudaError_t make_wgmma_maps(const AttentionParams& p, int kv_rows, bool swizzle_k, ValuesMap values,
+                            WgmmaMaps* maps);
 // Plans the fp16 copies of K and V in p.workspace for a grid of block_m query rows per block (kv_to_half.h),
 // enqueues the pass over the first kv heads, and encodes TMA descriptors of the copies, read in 128-byte swizzled
 // panels of kv_rows x 64 dims, and of the codes the grid decodes ahead, in plain boxes of kv_rows rows.
@@ -906,24 +953,42 @@ cudaError_t predecode_wgmma_kv(const AttentionParams& p, int kv_rows, int block_
 // last wave is already the cheapest), and only with a key tile for every group. `blocks` when there are none.
 int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, int block_n);
 
+template <class Cfg, typename OutT>
+cudaError_t launch_wgmma_config(const AttentionParams& p, cudaStream_t stream) {
+  constexpr bool kPredecoded = Cfg::kPredecoded;
+  constexpr ValuesMap kValues = Cfg::kValuesByPass ? ValuesMap::kTransposed
+                                : Cfg::kFp8Output  ? ValuesMap::kSwizzled
+                                                   : ValuesMap::kPlain;
+  WgmmaMaps maps;
+  cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
+                                : make_wgmma_maps(p, Cfg::kBlockN, Cfg::kFp8Scores, kValues, &maps);
+  if (err == cudaSuccess && Cfg::kValuesByPass) err = launch_transpose_values(p, stream);
+  if (err != cudaSuccess) return err;
+  // Causal, all heads go tile by tile in one group (but for the plan's groups when predecoded).
+  maps.order = kPredecoded ? maps.plan.order : grid_order(p, query_tiles(p, Cfg::kBlockM), p.batch * p.heads_q);
+  const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
+  const int64_t split_from = Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;
+  const int64_t grid = split_from + (blocks - split_from) * Cfg::kConsumerGroups;
+  return launch_overlapping(Cfg::kCopiesOnly && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>, grid,
+                            Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps, static_cast<int>(split_from));
+}
+
 template <bool kFp8Scores, bool kPredecoded, int kGroupsAtD64 = 2, bool kFp8Output = false, int kGroupsAtD128 = 2>
 struct WgmmaVariant {
   template <int kHeadDim, typename OutT>
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
-    using Cfg =
-        WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kHeadDim == 64 ? kGroupsAtD64 : kGroupsAtD128, kFp8Output>;
-    WgmmaMaps maps;
-    const cudaError_t err = kPredecoded ? predecode_wgmma_kv(p, Cfg::kBlockN, Cfg::kBlockM, &maps, stream)
-                                        : make_wgmma_maps(p, Cfg::kBlockN, kFp8Scores, kFp8Output, &maps);
-    if (err != cudaSuccess) return err;
-    // Causal, all heads go tile by tile in one group (but for the plan's groups when predecoded).
-    maps.order = kPredecoded ? maps.plan.order : grid_order(p, query_tiles(p, Cfg::kBlockM), p.batch * p.heads_q);
-    const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
-    const int64_t split_from =
-        Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;
-    const int64_t grid = split_from + (blocks - split_from) * Cfg::kConsumerGroups;
-    return launch_overlapping(kPredecoded && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>, grid,
-                              Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps, static_cast<int>(split_from));
+    constexpr int kGroups = kHeadDim == 64 ? kGroupsAtD64 : kGroupsAtD128;
+    using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kGroups, kFp8Output>;
+    // `wgmma_fp8+fp8_pv` (128-row blocks) takes V^T from the pass where it pays; `wgmma_fp8_m64+fp8_pv` runs
+    // where heads are short, and never does.
+    if constexpr (kFp8Output && kGroups == 2) {
+      static_assert(Cfg::kBlockM == kValuesByPassBlockM, "the rows transposed_values_workspace_bytes plans for");
+      if (values_by_pass_pays(p, Cfg::kBlockM)) {
+        return launch_wgmma_config<WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kGroups, kFp8Output, true>, OutT>(
+            p, stream);
+      }
+    }
+    return launch_wgmma_config<Cfg, OutT>(p, stream);
   }
 };
 
