@@ -895,6 +895,7 @@ template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
+  allow_next_grid_launch();
   const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from);
   if (job.row0 >= p.seqlen_q) return;  // a split unit past the last query row; the whole block leaves
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -904,9 +905,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     fence_mbarrier_init();
   }
   __syncthreads();  // the mbarriers are initialized
-  // Launched as a programmatic dependent launch after the pass (kv_to_half.cu, transpose_values.cu) that wrote
-  // the copies of K and V or V^T.
-  if constexpr (Cfg::kCopiesOnly) wait_for_previous_grids();
+  // Launched as a programmatic dependent launch: the kernel before (the quantizer, or the pass of kv_to_half.cu or
+  // transpose_values.cu) may still write q, k, v or their copies. Everything above overlaps its tail.
+  wait_for_previous_grids();
   const HeadCoords& c = job.c;
   const int tiles = key_tiles(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
   if (threadIdx.x >= Cfg::kConsumerThreads) {
@@ -969,7 +970,7 @@ cudaError_t launch_wgmma_config(const AttentionParams& p, cudaStream_t stream) {
   const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
   const int64_t split_from = Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;
   const int64_t grid = split_from + (blocks - split_from) * Cfg::kConsumerGroups;
-  return launch_overlapping(Cfg::kCopiesOnly && p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>, grid,
+  return launch_overlapping(p.overlap_launch, attention_wgmma_kernel<Cfg, OutT>, grid,
                             Cfg::kThreads, Cfg::kSmemBytes, stream, p, maps, static_cast<int>(split_from));
 }
 

@@ -8,6 +8,7 @@
 
 #include "../common/attention_common.cuh"
 #include "../common/fp8.h"
+#include "../common/ptx.cuh"
 #include "../dispatch/launch.h"
 #include "channel_stats.cuh"
 #include "encode.cuh"
@@ -30,6 +31,7 @@ constexpr int kHeadThreads = 512;
 template <typename T, int kVec, bool kSmooth>
 __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_kernel(const QuantizeHeadsParams b) {
   using Vec = typename std::conditional<kVec == 1, T, uint4>::type;  // kVec values of T per load
+  allow_next_grid_launch();  // the attention kernel after it may start its blocks (it waits for this grid)
   extern __shared__ __align__(16) unsigned char head_smem[];
   T* values = reinterpret_cast<T*>(head_smem);
   const int t = tensor_of(b, blockIdx.x);

@@ -11,6 +11,7 @@
 
 #include "../common/attention_common.cuh"
 #include "../common/fp8.h"
+#include "../common/ptx.cuh"
 #include "../dispatch/launch.h"
 #include "channel_stats.cuh"
 #include "encode.cuh"
@@ -128,6 +129,7 @@ __device__ float head_scale_of(const QuantizeParams& p, int head) {
 
 template <typename T, int kVec, bool kSmooth>
 __global__ void __launch_bounds__(kQuantThreads) encode_kernel(const QuantizeParams p) {
+  allow_next_grid_launch();  // the attention kernel after it may start its blocks (it waits for this grid)
   const Slice<kVec> s(p);
   const float scale = head_scale_of<kSmooth>(p, s.head);
   if (!kSmooth && s.chunk == 0 && threadIdx.x == 0) p.scale[s.head] = scale;
