@@ -86,7 +86,7 @@ struct WgmmaConfig {
   // `wgmma_fp8_m64+fp8_pv` 67.4 / 76.3 at 32x16x257x128 with producers / the pass), so that variant never takes
   // it.
   static constexpr bool kValuesByPass = kValuesByPass_;
-  static_assert(!kValuesByPass || kFp8Output, "V^T for fp8_pv");
+  static_assert(!kValuesByPass || (kFp8Output && kConsumerGroups_ == 2), "V^T for fp8_pv's 128-row blocks");
   using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
   // K and V arrive as fp16 by TMA, decoded beforehand by kv_to_half.cu: no codes in shared memory, nothing for the
   // producers to decode (`wgmma+predecode`).
@@ -193,10 +193,10 @@ struct WgmmaConfig {
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (fp8_pv too: its transpose by ldmatrix/stmatrix fits
   // the producers' 40; 216 + 72 timed the same); producers that only start copies need fewer. Three groups:
   // 384 x 160 + 128 x 32 = 65536.
-  // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers (232 + 24 copying only).
+  // One group, two blocks per SM: 128 x 216 + 128 x 40 = 32768, half the SM's registers.
   static constexpr int kConsumerRegisters = kConsumerGroups == 3 ? 160
-                                            : kConsumerGroups == 1 ? (kCopiesOnly ? 232 : 216)
                                             : kCopiesOnly          ? 240
+                                            : kConsumerGroups == 1 ? 216
                                                                    : 232;
   static constexpr int kProducerRegisters = kConsumerGroups == 3 ? 32 : kCopiesOnly ? 24 : 40;
   // setmaxnreg only moves registers within what the block was launched with (65536 / 384 threads = 168 each): a
@@ -447,9 +447,9 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
 }
 
-// The copier of fp8_pv with kValuesByPass: one warp, whose first lane starts the TMA copies of each tile's K codes and V^T codes
-// (transpose_values.h) into a slot once the consumers' P V of the tile it held is done (HALVES_FREE); the consumers
-// wait on the copies' mbarrier themselves.
+// The copier of fp8_pv with kValuesByPass: one warp, whose first lane starts the TMA copies of each tile's K codes
+// and V^T codes (transpose_values.h) into a slot once the consumers' P V of the tile it held is done (HALVES_FREE);
+// the consumers wait on the copies' mbarrier themselves.
 template <class Cfg>
 __device__ __forceinline__ void load_code_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
                                                 int tiles) {
