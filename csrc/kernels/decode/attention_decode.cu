@@ -13,16 +13,19 @@ namespace {
 // block's start, its merge and the combine than the split saves.
 constexpr int kMinRoundsPerSplit = 4;
 
-int round_keys(const AttentionParams& p, int row_warps) {
-  return DecodeConfig<64, 1>::kThreads / 32 / row_warps * (kDecodeTileBytes / p.head_dim);
-}
-
 // Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. A plain
 // attribute query, as multiprocessor_count makes on the same launch path.
 bool deep_rings() {
   int device = 0, major = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
+}
+
+// Keys a block takes per round: a tile for each of its key groups.
+int round_keys(const AttentionParams& p, int row_warps) {
+  const int key_groups = row_warps == 1 && deep_rings() ? DecodeConfig<64, 1, DecodeByWarps, true>::kSplits
+                                                        : DecodeConfig<64, 1>::kSplits / row_warps;
+  return key_groups * (kDecodeTileBytes / p.head_dim);
 }
 
 DecodePlan current_plan(const AttentionParams& p, bool wgmma) {

@@ -3,9 +3,9 @@
 // per kv head (the query heads of a kv head share a tile: decode_plan.h), spreads the keys over the whole GPU and
 // keeps the tensor cores off the critical path.
 //
-// Block (kv head, row tile, key split): 4 warps, 16 packed query rows each along the rows (kRowGroups) and the
-// rest along the keys (kSplits key groups, each taking every kSplits-th tile of the block's key range through its own
-// cp.async ring of kStages tiles, as fp8_split's groups take contiguous shares). Per tile a warp does
+// Block (kv head, row tile, key split): 4 warps (8 in sm_90's 16-row blocks, kDeepRings), 16 packed query rows each
+// along the rows (kRowGroups) and the rest along the keys (kSplits key groups, each taking every kSplits-th tile of
+// the block's key range through its own cp.async ring of kStages tiles). Per tile a warp does
 //   S = Q K^T   m16n8k16 fp16 mma on codes converted in registers (exact products, fp32 sums) on every arch:
 //               the e4m3 mma.sync exists only from sm_89, and its sums are not the fp32 ones the full tier promises
 //   S *= the scale of each row's query head (q_scale k_scale softmax_scale log2 e), masked per row (the batch's key
@@ -60,7 +60,13 @@ struct DecodeConfig {
   static constexpr bool kWgmma = Mma::kWgmma;
   static_assert(!kWgmma || kRowGroups == 4, "a warpgroup multiplies 64 rows");
   static_assert(!kDeepRings || kRowGroups == 1, "deeper rings for the 16-row blocks");
-  static constexpr int kThreads = 128, kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
+  // The deep-ring blocks run 8 warps, one block per SM: with 4, each SM sub-partition had one warp to convert,
+  // multiply and exponentiate every tile, and its chain of dependent steps held up the refills. H200, graph us,
+  // three rounds each in one run, 4 warps (16 slots) / 8 warps (16 slots; 24 at D = 256): 8x32x8x1x4096x128 22.8 /
+  // 22.7, 32x32x8x1x4096x128 69.3 / 68.0, 8x32x8x1x32768x128 129.3 / 127.4, 1x32x8x1x131072x128 69.1 / 68.4,
+  // 16x32x8x1x8192x64 35.5 / 35.3, 8x32x8x4x32768x128 132.0 / 130.5, 8x16x8x1x8192x256 74.4 / 69.2.
+  static constexpr int kThreads = kDeepRings ? 256 : 128;
+  static constexpr int kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
   // Tiles of 4 KB of codes: 32 keys at D = 128, where the 64 O accumulators leave room for 32 keys of S (as in
@@ -71,17 +77,22 @@ struct DecodeConfig {
   // Slots of K + V codes per block. A key group's ring of S stages keeps S - 1 tiles in flight while its warps read
   // one, so fewer, deeper rings keep more bytes in flight: a pure read of these tiles (no math; 64 kv heads, one
   // wave) streamed 537 MB at 4.14 TB/s through 3-stage rings of 4 warps and at 4.41-4.46 TB/s through 6- or 12-stage
-  // rings (H200, 2026-11-26). 16-row blocks (a warp per key group) on sm_90: 16 slots, 4 stages per group (128 KB,
-  // one block per SM); elsewhere 12. Graph us, 12 -> 16 slots, same run, in builds whose key loop ptxas scheduled at
-  // 218 registers (see __launch_bounds__ below): H200 8x32x8x1x4096x128 22.1 -> 21.7, 8x32x8x1x32768x128
-  // 135.2 -> 129.6, 1x32x8x1x131072x128 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100 16x32x8x1x8192x64
-  // 50.8 -> 47.7, its D = 128 rows within 1.3% either way; 20 slots no better on either GPU. In the benchmark
-  // (H100, across sessions) 16x32x8x1x8192x64 52.3 -> 50.8, the D = 128 rows within 2%. 32-row blocks: 12 slots, 6
+  // rings (H200, 2026-11-26). 16-row blocks (a warp per key group) on sm_90: 16 slots (128 KB, one block per SM),
+  // two stages for each of the 8 warps (24 slots against 16 at 8 warps, H200: 23.3 / 22.7 us at 8x32x8x1x4096x128,
+  // 70.0 / 68.0 at 32x32x8x1x4096x128, the others within 1%); 24 at D = 256, where the 8 warps' partial rows take
+  // 140 KB; elsewhere 12. With 4 warps, graph us, 12 -> 16 slots, same run, in builds whose key loop ptxas scheduled
+  // at 218 registers: H200 8x32x8x1x4096x128 22.1 -> 21.7, 8x32x8x1x32768x128 135.2 -> 129.6, 1x32x8x1x131072x128
+  // 74.6 -> 70.8, 16x32x8x1x8192x64 37.6 -> 36.6; H100 16x32x8x1x8192x64 50.8 -> 47.7, its D = 128 rows within
+  // 1.3% either way; 20 slots no better on either GPU. 32-row blocks: 12 slots, 6
   // stages per group with 2 key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3
   // blocks per SM); 12 slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359):
   // those blocks want more warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in
   // flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
-  static constexpr int kSlots = kWgmma ? 3 : kRowGroups == 4 ? 8 : kDeepRings ? 16 : 12;
+  static constexpr int kSlots = kWgmma                     ? 3
+                                : kRowGroups == 4            ? 8
+                                : !kDeepRings                ? 12
+                                : kHeadDim == kWideHeadDim   ? 24
+                                                             : 16;
   static constexpr int kStages = kSlots / kSplits;
   static constexpr int kGroupRingBytes = kStages * 2 * kTileBytes;
   static constexpr int kRoundKeys = kSplits * kBlockN;  // keys the block takes per round
@@ -157,11 +168,10 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
 }
 
 // The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The deep-ring blocks,
-// one per SM, say so: ptxas then gives them 186 registers instead of 168 at D = 128 and schedules the key loop with
-// fewer dependency stalls (harness, H100: 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 -> 49.8,
-// 8x32x8x1x32768x128 184.5 -> 182.5). The same loop scheduled at 218 registers (an experiment's never-run code path
-// compiled in) took 28.4, 48.0 and 181.0 us: a schedule still to be had on purpose. The other warps' blocks keep the
-// default bound (spelled out as 1, it took their registers from 168 to 182-200; nvcc 13.0, sm_90a).
+// one per SM, say so: ptxas then gives them more registers (with 4 warps 186 instead of 168 at D = 128, and a key
+// loop with fewer dependency stalls: harness, H100, 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 ->
+// 49.8, 8x32x8x1x32768x128 184.5 -> 182.5; 184 with 8 warps). The other warps' blocks keep the default bound
+// (spelled out as 1, it took their registers from 168 to 182-200; nvcc 13.0, sm_90a).
 template <class Cfg, typename OutT>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRings ? 1 : 0)
     decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {

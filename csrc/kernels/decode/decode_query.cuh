@@ -54,8 +54,9 @@ struct HeldQuery {
   // Not for 64-row blocks: 4 or 8 held chunks a thread made the D = 64 kernel spill (nvcc 13.0, sm_90).
   static constexpr bool kEnabled = Cfg::kRowGroups < 4;
   static constexpr int kD = Cfg::kHeadDim, kRowChunks = kD / 8;
-  static constexpr int kChunks = kEnabled ? Cfg::kBlockM * kRowChunks / Cfg::kThreads : 1;  // per thread
-  static_assert(!kEnabled || (kChunks * Cfg::kThreads == Cfg::kBlockM * kRowChunks && 32 % kRowChunks == 0),
+  static constexpr int kBlockChunks = Cfg::kBlockM * kRowChunks;
+  static constexpr int kChunks = kEnabled ? (kBlockChunks + Cfg::kThreads - 1) / Cfg::kThreads : 1;  // per thread
+  static_assert(!kEnabled || ((kBlockChunks % Cfg::kThreads == 0 || kChunks == 1) && 32 % kRowChunks == 0),
                 "a row's chunks lie in one warp");
   uint4 raw[kChunks];
   bool loaded;  // whether this block took the register path (applies)
@@ -76,7 +77,8 @@ struct HeldQuery {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int i = threadIdx.x + c * Cfg::kThreads, row = i / kRowChunks, col = i % kRowChunks * 8;
-      raw[c] = row < blk.rows ? *reinterpret_cast<const uint4*>(q + blk.q_offset(p, row) + col) : uint4{};
+      raw[c] = i < kBlockChunks && row < blk.rows ? *reinterpret_cast<const uint4*>(q + blk.q_offset(p, row) + col)
+                                                  : uint4{};
     }
   }
 
@@ -96,12 +98,13 @@ struct HeldQuery {
         amax = fmaxf(amax, fabsf(x[c][e]));
       }
       amax = group_max<kRowChunks>(amax);
-      if (i % kRowChunks == 0) row_amax[row] = amax;
+      if (i < kBlockChunks && i % kRowChunks == 0) row_amax[row] = amax;
     }
     __syncthreads();
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int i = threadIdx.x + c * Cfg::kThreads, row = i / kRowChunks, col = i % kRowChunks * 8;
+      if (i >= kBlockChunks) break;  // threads past the block's chunks (D = 64, 8 warps) hold none
       float scale = 1.0f;
       if (row < blk.rows) {
         const int head_row0 = row - row % p.seqlen_q;  // the block's rows start a head (applies)
