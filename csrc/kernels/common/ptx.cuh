@@ -45,6 +45,20 @@ __device__ __forceinline__ void allow_next_grid_launch() {
 #endif
 }
 
+// A thread-block cluster's start (sm_90): a block may write another block's shared memory only once that block has
+// started. Every thread of the cluster calls arrive_cluster_start() early and wait_cluster_start() before its first
+// write to another block's shared memory, so that the wait finds the other blocks long arrived.
+__device__ __forceinline__ void arrive_cluster_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_cluster_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+
 // A counter in global memory that blocks of one grid hand work over with: the writer adds with release semantics
 // (its earlier writes, and those of the threads it synchronized with, become visible first), the reader loads
 // with acquire semantics (what it reads after sees them).
