@@ -49,6 +49,22 @@ def run_decode_cases():
     print(f"ran {len(DECODE_CASES)} decode shapes from an FP8 cache")
 
 
+# quantize_fp8_qkv and its smooth_k form in fp16 and bf16, one shape per kernel on sm_90 (quantize_cuda.cpp): the
+# cluster kernel (few heads), a block per head, the streaming clusters (many heads of 98 KB) and the two passes. The
+# cluster kernels' blocks write their amax into each other's shared memory; racecheck flagged such writes made
+# before every block of the cluster had started (2026-11-27). No torch reduction runs (see DECODE_CASES).
+QUANTIZE_CASES = [(1, 8, 512, 64), (8, 16, 197, 64), (4, 16, 385, 128), (1, 2, 4096, 128)]
+
+
+def run_quantize_cases():
+    for dtype in (torch.float16, torch.bfloat16):
+        for shape in QUANTIZE_CASES:
+            q, k, v = (torch.randn(shape, device="cuda", dtype=dtype) for _ in range(3))
+            sdpa_ext.quantize_fp8_qkv(q, k, v)
+            sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=True)
+    print(f"ran {len(QUANTIZE_CASES)} quantizer shapes x 2 input dtypes, plain and with smoothed keys")
+
+
 def main(names):
     variants = names or sdpa_ext.variant_names(sdpa_ext.device_arch())
     gen = torch.Generator().manual_seed(0)
@@ -66,6 +82,8 @@ def main(names):
                 assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d)
     if "decode" in variants:
         run_decode_cases()
+    if not names:
+        run_quantize_cases()
     torch.cuda.synchronize()
     print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes")
 
