@@ -22,6 +22,7 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::cluster_amax;
 using quantize::cluster_launch_config;
 using quantize::head_values;
 using quantize::kQuantThreads;
@@ -29,6 +30,7 @@ using quantize::smooths;
 using quantize::smoothing_stats_bytes;
 using quantize::tensor_of;
 using quantize::vector_amax;
+using quantize::write_block_amax;
 
 // The cluster kernel (sm_90): a cluster of blocks per head, each holding its share of the head in registers (at
 // most kHeldVectors 16-byte vectors per thread). The blocks' amaxes meet through distributed shared memory, so
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     }
   }
   __shared__ float head_scale;
-  __shared__ float block_amaxes[kMaxClusterCtas];  // every block's amax, pushed here by each block
+  __shared__ float block_amaxes[kMaxClusterCtas];  // every block's amax (write_block_amax)
   float* totals = nullptr;
   if (smooth) {
     // A quarter of the thread's channels at a time, within four blocks' 64 registers (all of them at once took
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     amax = block_max(amax);  // in warp 0
   }
   wait_cluster_start();
-  if (!smooth && threadIdx.x < ctas) *cluster.map_shared_rank(&block_amaxes[rank], threadIdx.x) = amax;
+  if (!smooth) write_block_amax(cluster, block_amaxes, ctas, rank, amax);
   cluster.sync();  // every block's per-channel totals are in its shared memory, or its amax in every block's
   float scale;
   if (smooth) {
@@ -156,12 +158,10 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     __syncthreads();
     scale = head_scale;
   } else {
-    // Written into every block before the barrier rather than read from the others after it: no round trip through
-    // distributed shared memory once the amaxes are there, and no cluster barrier before a block leaves. Graph us
-    // for q, k and v, H100, same run, read / written: 4.1 / 3.4 at 1x8x512x64 (fp16; bf16 4.1 / 3.7), 32.3 / 27.6 at
-    // 4x16x768x128.
-    const int lane = threadIdx.x % 32;
-    scale = scale_from_amax(group_max<32>(lane < ctas ? block_amaxes[lane] : 0.0f));
+    // Written into every block before the barrier rather than read from the others after it, so no cluster
+    // barrier before a block leaves. Graph us for q, k and v, H100, same run, read / written: 4.1 / 3.4 at
+    // 1x8x512x64 (fp16; bf16 4.1 / 3.7), 32.3 / 27.6 at 4x16x768x128.
+    scale = scale_from_amax(cluster_amax(block_amaxes, ctas));
   }
   if (rank == 0 && threadIdx.x == 0) p.scale[head] = scale;
   // Smoothing divides (E4m3Division): with the reciprocal's bounds the bf16 kernel spilled 2 bytes at its 64

@@ -1,6 +1,7 @@
 // What the quantizer's kernels share (quantize_two_pass.cu, quantize_heads.cu, quantize_cluster.cu,
-// quantize_stream.cu): the block size of the two-pass and cluster kernels, where a head starts, a block-wide max, a
-// vector's amax, which tensor of a batch a head belongs to, the shared memory smoothing needs, and a cluster launch.
+// quantize_stream.cu): the block size of the two-pass and cluster kernels, where a head starts, a block-wide max,
+// the cluster-wide amax, a vector's amax, which tensor of a batch a head belongs to, the shared memory smoothing
+// needs, and a cluster launch.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,6 +37,21 @@ __device__ __forceinline__ float block_max(float x) {
   __syncthreads();
   x = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
   return group_max<32>(x);
+}
+
+// The amax of a head that the `ctas` blocks of a cluster (at most 32) share, in two halves around a cluster
+// barrier. Before it, each block writes its block_max (valid in warp 0) into slot `rank` of `amaxes` in every
+// block's shared memory (every block must have started: wait_cluster_start); after it, every thread of every block
+// reads the head's amax from its own block's slots. Written rather than read across the cluster: no round trip
+// through distributed shared memory after the barrier, and no block reads another's shared memory once past it.
+template <class Cluster>
+__device__ __forceinline__ void write_block_amax(const Cluster& cluster, float* amaxes, int ctas, int rank,
+                                                 float block_amax) {
+  if (threadIdx.x < ctas) *cluster.map_shared_rank(amaxes + rank, threadIdx.x) = block_amax;
+}
+__device__ __forceinline__ float cluster_amax(const float* amaxes, int ctas) {
+  const int lane = threadIdx.x % 32;
+  return group_max<32>(lane < ctas ? amaxes[lane] : 0.0f);
 }
 
 // The largest |value| of a 16-byte vector of T, NaNs ignored as fmaxf ignores them. 16-bit values pairwise by

@@ -29,11 +29,13 @@ namespace sdpa {
 namespace {
 
 using quantize::block_max;
+using quantize::cluster_amax;
 using quantize::cluster_launch_config;
 using quantize::head_values;
 using quantize::kQuantThreads;
 using quantize::tensor_of;
 using quantize::vector_amax;
+using quantize::write_block_amax;
 
 // A block's share of a head: as few blocks as keep it within kShareBytes, so that several blocks (of different
 // clusters) share an SM and one's loads run while another waits at its cluster barrier; heads beyond kMaxStreamCtas
@@ -88,13 +90,12 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
   const int ctas = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
   const int clusters = static_cast<int>(gridDim.x) / ctas, heads = b.first_block[b.count];
   extern __shared__ __align__(16) uint4 staged[];  // the block's share of the head, vector k at staged[k]
-  // Every block's amax of a head, written by each block into every block's copy before the head's cluster barrier
-  // and read locally after it, by the parity of the cluster's head count: a block writes a parity again only after
-  // the next head's cluster barrier, which every block reaches after reading this head's amaxes. Reading the other
-  // blocks' amax after the barrier instead (a round trip through distributed shared memory per head, then a block
-  // barrier, and a cluster barrier before any block leaves) took more: graph us for q, k and v, H100, same run,
-  // read / written: 75.6 / 67.1 at 4x16x2048x128 fp16, 42.3 / 36.8 at 4x16x2048x64, 139.5 / 122.4 at
-  // 4x32x2048x128, 141.3 / 125.3 at 4x16x2048x256; bf16 83.4 / 79.3 at 4x16x2048x128.
+  // Every block's amax of a head (write_block_amax, cluster_amax), by the parity of the cluster's head count: a block
+  // writes a parity again only after the next head's cluster barrier, which every block reaches after reading this
+  // head's amaxes. Reading the other blocks' amax after the barrier instead (a round trip through distributed shared
+  // memory per head, then a block barrier, and a cluster barrier before any block leaves) took more: graph us for q, k
+  // and v, H100, same run, read / written: 75.6 / 67.1 at 4x16x2048x128 fp16, 42.3 / 36.8 at 4x16x2048x64, 139.5 /
+  // 122.4 at 4x32x2048x128, 141.3 / 125.3 at 4x16x2048x256; bf16 83.4 / 79.3 at 4x16x2048x128.
   __shared__ float share_amax[2][kMaxStreamCtas];
   arrive_cluster_start();
   allow_next_grid_launch();
@@ -107,11 +108,10 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
     cp_async_wait<0>();  // this thread's vectors of the head (it reads only those before the barrier below)
     float amax = 0.0f;
     for (int k = threadIdx.x; k < share.count; k += kQuantThreads) amax = fmaxf(amax, vector_amax<T>(staged[k]));
-    amax = block_max(amax);  // in warp 0
-    if (threadIdx.x < ctas) *cluster.map_shared_rank(&share_amax[n % 2][rank], threadIdx.x) = amax;
+    amax = block_max(amax);
+    write_block_amax(cluster, share_amax[n % 2], ctas, rank, amax);
     cluster.sync();  // every block's amax of the head is in this block's shared memory
-    const int lane = threadIdx.x % 32;
-    const E4m3Divisor scale(scale_from_amax(group_max<32>(lane < ctas ? share_amax[n % 2][lane] : 0.0f)));
+    const E4m3Divisor scale(scale_from_amax(cluster_amax(share_amax[n % 2], ctas)));
     if (rank == 0 && threadIdx.x == 0) share.p->scale[share.head] = scale.scale;
     // Each vector, once encoded, makes room for the same vector of the next head's share: the thread's own, which
     // it has just read. (Two buffers, the next head's copies started before this head's amax, took 91.5 against
