@@ -197,6 +197,28 @@ def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
         assert torch.equal(scale, expected[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(8, 1, 1024, 64), (1, 128, 64, 64), (1, 8, 512, 128), (1, 1, 4096, 128)])
+def test_amax_scales_encode_every_16bit_value_like_torch(device, dtype, shape):
+    """Under a scale from a head's own amax the CUDA kernels divide by a multiply and two FMAs (E4m3Divisor), whose
+    quotient must be IEEE division's. Eight blocks of every finite value up to an amax (the dtype's largest, 448, 1,
+    0.37, 2^-6, the smallest normal, a subnormal, 2^-20), zero-padded and shuffled into heads of four sizes (one
+    block each, 16 per block, ...; the quantizer's kernels by head size), checked against torch bit for bit."""
+    values = all_bit_patterns(dtype, "cpu").reshape(-1)
+    values = values[torch.isfinite(values)]
+    info = torch.finfo(dtype)
+    blocks = []
+    for amax in (info.max, 448.0, 1.0, 0.37, 2.0**-6, info.tiny, info.tiny / 4, 2.0**-20):
+        block = values[values.float().abs() <= torch.tensor(amax, dtype=dtype).float()]
+        blocks.append(torch.cat([block, torch.zeros(2**16 - block.numel(), dtype=dtype)]))
+    x = torch.stack(blocks)
+    x = x[:, torch.randperm(2**16, generator=torch.Generator().manual_seed(0))].reshape(shape).to(device)
+    scale = exact_scale(x)
+    for codes, scales in (our_codes(x), sdpa_ext.quantize_fp8_qkv(x, x, x)[4:6]):
+        assert torch.equal(scales.cpu(), scale)
+        assert torch.equal(codes.view(torch.uint8).cpu(), torch_codes(x, scale)[1])
+
+
 @pytest.mark.parametrize("smooth_k", [False, True])
 def test_qkv_rejects_mixed_dtypes(device, smooth_k):
     q = torch.randn(1, 2, 8, 64, device=device)

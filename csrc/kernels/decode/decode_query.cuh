@@ -117,7 +117,7 @@ struct HeldQuery {
         }
         if (col == 0) row_scale[row] = scale;
       }
-      store_codes<8>(stage + row * kD + col, x[c], scale);
+      store_codes<8>(stage + row * kD + col, x[c], E4m3Divisor(scale, p.q_scale == nullptr));
     }
   }
 };
@@ -160,7 +160,7 @@ __device__ void stage_query_values(const AttentionParams& p, const DecodeBlock& 
       scale = head_scale[(blk.row0 + row) / p.seqlen_q - first_head];
       if (col == 0) row_scale[row] = scale;
     }
-    store_codes<8>(stage + row * kD + col, x, scale);
+    store_codes<8>(stage + row * kD + col, x, E4m3Divisor(scale, p.q_scale == nullptr));
   }
 }
 

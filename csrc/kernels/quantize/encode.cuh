@@ -21,51 +21,52 @@ __device__ __forceinline__ float to_float<__half>(__half x) { return __half2floa
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
 
-// The codes of pairs [first, last) of x / scale by IEEE division.
+// The codes of x / scale by IEEE division, pairwise.
 template <int kVec>
-__device__ __forceinline__ void divide_pairs(const float (&x)[kVec], float scale, uint16_t (&pairs)[kVec / 2],
-                                             int first, int last) {
+__device__ __forceinline__ void divide_pairs(const float (&x)[kVec], float scale, uint16_t (&pairs)[kVec / 2]) {
 #pragma unroll
-  for (int e = first; e < last; ++e) {
+  for (int e = 0; e < kVec / 2; ++e) {
     pairs[e] = encode_e4m3x2(__fdiv_rn(x[2 * e], scale), __fdiv_rn(x[2 * e + 1], scale));
   }
 }
 
-// x / scale for the E4M3 encode, giving the codes of IEEE division, mostly by multiplications. The product
-// q = rn(x * rn(1 / scale)) lies within 1.5 ulp of the quotient d = rn(x / scale) (three roundings of at most 2^-24
-// of the value each), so rn(q * (1 - 2^-20)) and rn(q * (1 + 2^-20)) lie on either side of d; E4M3 rounding is
-// monotonic, so where those two give the same code d gives it too. They differ only within about 2^-20 of an E4M3
-// rounding midpoint (about 8 in 10^6 random values), where those values take the division, as every value does
-// under a scale whose reciprocal is not a normal float (inverse 0). Before, a division per value (a MUFU.RCP and
-// its fix-up): the quantizer issued at 68% of its peak rate, most stalls on dependent arithmetic (ncu, H100).
+// x / scale for the E4M3 encode: the codes of IEEE division, (x / scale).to(torch.float8_e4m3fn), by a multiply and
+// two FMAs. With inverse = rn(1 / scale) and q = rn(x * inverse), the residual x - q * scale is exact by FMA and
+// rn(q + residual * inverse) is rn(x / scale) (Markstein's theorem; div.rn.f32 runs the same steps after a range
+// check), while nothing overflows or underflows: scale in [2^-90, 2^126) (a normal reciprocal; every value whose
+// code is not 0 then has an exact residual) and |x / scale| far below FLT_MAX, which a scale from the encoded
+// values' own amax guarantees (`bounds_values`). Otherwise (a scale the caller gives, under which values may
+// saturate; an extreme scale) every value divides. scripts/check_e4m3_quotient.cu compares the codes and the
+// quotients with __fdiv_rn's on every pair of an fp16 or bf16 value and an fp16 or bf16 amax at least as large, and
+// on 2^35 random fp32 pairs: the codes all equal, the quotients wherever |x / scale| >= 2^-12 (below, an inexact
+// residual may move the last bit of a quotient whose code is 0). Before, the codes of q (1 -+ 2^-20) were compared
+// four at a time and divided where they differed, near a rounding midpoint: 6 in 10^4 fp16 and 6 in 10^3 bf16
+// values (whose 8-bit mantissas often land on one), so 14% (fp16) and 26% (bf16) of a warp's steps over 32 vectors
+// took a branch of divisions. quantize_fp8_qkv, graph us, H100, same run, before / after: bf16 4x16x2048x128
+// 78.5 / 67.3, fp16 67.1 / 62.3.
 struct E4m3Divisor {
-  float scale, inverse;
+  float scale, inverse;  // inverse 0: every value divides
 
-  __device__ explicit E4m3Divisor(float s) : scale(s) {
-    const float r = __frcp_rn(s);
-    inverse = fabsf(r) >= 0x1p-126f && fabsf(r) <= 0x1p127f ? r : 0.0f;
+  __device__ E4m3Divisor(float s, bool bounds_values) : scale(s) {
+    inverse = bounds_values && s >= 0x1p-90f && s < 0x1p126f ? __frcp_rn(s) : 0.0f;
   }
 
-  // The codes of x / scale, pairwise (encode_e4m3x2), kVec even. The brackets are compared a 32-bit word of four
-  // codes at a time where there are eight (16-bit inputs), with one branch per word: eight values took ~72
-  // instructions with a branch per pair, ~50 this way (sm_90a). Four fp32 values stay pairwise: tested together,
-  // they made the smoothing whole-head blocks spill at their 40 registers.
+  // The residual is taken as q * scale - x and subtracted: as x - q * scale it is +0 for x = -0, and the quotient
+  // +0 where IEEE division gives -0 (code 0x00 for 0x80).
+  __device__ __forceinline__ float quotient(float x) const {
+    const float q = __fmul_rn(x, inverse);
+    return __fmaf_rn(-__fmaf_rn(q, scale, -x), inverse, q);
+  }
+
+  // The codes of x / scale, pairwise (encode_e4m3x2), kVec even.
   template <int kVec>
   __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
-    constexpr float kBelow = 1.0f - 0x1p-20f, kAbove = 1.0f + 0x1p-20f;
-    constexpr int kGroup = kVec >= 8 ? 2 : 1;  // pairs per test
-#pragma unroll
-    for (int g = 0; g < kVec / 2; g += kGroup) {
-      uint32_t below = 0, above = 0;
-#pragma unroll
-      for (int e = g; e < g + kGroup; ++e) {
-        const float q0 = x[2 * e] * inverse, q1 = x[2 * e + 1] * inverse;
-        pairs[e] = encode_e4m3x2(q0 * kBelow, q1 * kBelow);
-        below |= static_cast<uint32_t>(pairs[e]) << 16 * (e - g);
-        above |= static_cast<uint32_t>(encode_e4m3x2(q0 * kAbove, q1 * kAbove)) << 16 * (e - g);
-      }
-      if (below != above || inverse == 0.0f) divide_pairs(x, scale, pairs, g, g + kGroup);
+    if (inverse == 0.0f) {
+      divide_pairs(x, scale, pairs);
+      return;
     }
+#pragma unroll
+    for (int e = 0; e < kVec / 2; ++e) pairs[e] = encode_e4m3x2(quotient(x[2 * e]), quotient(x[2 * e + 1]));
   }
 };
 
@@ -73,15 +74,15 @@ struct E4m3Divisor {
 struct E4m3Division {
   float scale;
 
-  __device__ explicit E4m3Division(float s) : scale(s) {}
+  __device__ E4m3Division(float s, bool /*bounds_values*/) : scale(s) {}
   template <int kVec>
   __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
-    divide_pairs(x, scale, pairs, 0, kVec / 2);
+    divide_pairs(x, scale, pairs);
   }
 };
 
-// Encodes kVec values to consecutive codes of x / divisor.scale: one hardware cvt per pair on sm_89+ for each
-// bound of E4m3Divisor, and one 4- or 8-byte store.
+// Encodes kVec values to consecutive codes of x / divisor.scale: one hardware cvt per pair on sm_89+, and one 4- or
+// 8-byte store.
 template <int kVec, class Divisor>
 __device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVec], const Divisor& divisor) {
   if constexpr (kVec == 1) {
@@ -95,10 +96,6 @@ __device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVe
       *reinterpret_cast<uint32_t*>(codes) = *reinterpret_cast<const uint32_t*>(pairs);
     }
   }
-}
-template <int kVec>
-__device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVec], float scale) {
-  store_codes<kVec>(codes, x, E4m3Divisor(scale));
 }
 
 // kVec consecutive values of T as floats: one 16-byte load when kVec > 1 (vectorized rows).

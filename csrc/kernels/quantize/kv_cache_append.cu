@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(kAppendThreads) kv_cache_append_kernel(const K
   }
   uint8_t* dst = is_k ? p.k_cache + batch * p.kc_batch_stride + head * p.kc_head_stride + position * p.kc_row_stride
                       : p.v_cache + batch * p.vc_batch_stride + head * p.vc_head_stride + position * p.vc_row_stride;
-  store_codes<kVec>(dst + col, x, is_k ? p.k_scale[scale_index] : p.v_scale[scale_index]);
+  // Fixed scales, under which later rows may saturate: divided (a row per call).
+  store_codes<kVec>(dst + col, x, E4m3Divisor(is_k ? p.k_scale[scale_index] : p.v_scale[scale_index], false));
 }
 
 template <typename T>

@@ -164,9 +164,11 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     scale = scale_from_amax(cluster_amax(block_amaxes, ctas));
   }
   if (rank == 0 && threadIdx.x == 0) p.scale[head] = scale;
-  // Smoothing divides (E4m3Division): with the reciprocal's bounds the bf16 kernel spilled 2 bytes at its 64
-  // registers.
-  using Divisor = std::conditional_t<kSmooth, E4m3Division, E4m3Divisor>;
+  // Smoothing and bf16 divide (E4m3Division): with E4m3Divisor the plain bf16 kernel spilled 24 bytes at its 64
+  // registers (2 to 32 bytes however the encode was written); with smoothing, the bf16 kernel spilled 2 bytes under
+  // the bracketed quotient this replaced.
+  using Divisor = std::conditional_t<kSmooth || std::is_same_v<T, __nv_bfloat16>, E4m3Division, E4m3Divisor>;
+  const Divisor divisor(scale, /*bounds_values=*/true);
   // The means, gathered by cluster_smoothed_amax, are read with each vector: held in registers beside the held
   // values they took bf16 past four blocks' 64.
   const float* shift = smooth ? cluster_stats + column : nullptr;
@@ -182,7 +184,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
       const T* elems = reinterpret_cast<const T*>(&held[j]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) values[e] = to_float(elems[e]) - (smooth ? shift[e] : 0.0f);
-      store_codes<kVec>(codes + static_cast<int64_t>(i) * kVec, values, Divisor(scale));
+      store_codes<kVec>(codes + static_cast<int64_t>(i) * kVec, values, divisor);
     }
   }
   if (smooth) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");

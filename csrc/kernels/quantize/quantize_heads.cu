@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     float x[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) x[e] = to_float(values[slot(i) * kVec + e]) - (smooth ? offset[e] : 0.0f);
-    store_codes<kVec>(codes + i * kVec, x, scale);
+    store_codes<kVec>(codes + i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr));
   }
 }
 

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
     amax = block_max(amax);
     write_block_amax(cluster, share_amax[n % 2], ctas, rank, amax);
     cluster.sync();  // every block's amax of the head is in this block's shared memory
-    const E4m3Divisor scale(scale_from_amax(cluster_amax(share_amax[n % 2], ctas)));
+    const E4m3Divisor scale(scale_from_amax(cluster_amax(share_amax[n % 2], ctas)), /*bounds_values=*/true);
     if (rank == 0 && threadIdx.x == 0) share.p->scale[share.head] = scale.scale;
     // Each vector, once encoded, makes room for the same vector of the next head's share: the thread's own, which
     // it has just read. (Two buffers, the next head's copies started before this head's amax, took 91.5 against

@@ -133,6 +133,7 @@ __global__ void __launch_bounds__(kQuantThreads) encode_kernel(const QuantizePar
   const Slice<kVec> s(p);
   const float scale = head_scale_of<kSmooth>(p, s.head);
   if (!kSmooth && s.chunk == 0 && threadIdx.x == 0) p.scale[s.head] = scale;
+  const E4m3Divisor divisor(scale, p.given_scale == nullptr);
   float offset[kVec] = {};
   if constexpr (kSmooth) {  // every vector of this thread starts at column s.col(threadIdx.x)
 #pragma unroll
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(kQuantThreads) encode_kernel(const QuantizePar
     s.template load<T>(p, i, x);
 #pragma unroll
     for (int e = 0; e < kVec; ++e) x[e] -= offset[e];
-    store_codes<kVec>(codes + static_cast<int64_t>(s.row(i)) * p.cols + s.col(i), x, scale);
+    store_codes<kVec>(codes + static_cast<int64_t>(s.row(i)) * p.cols + s.col(i), x, divisor);
   }
 }
 
