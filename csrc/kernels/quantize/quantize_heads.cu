@@ -114,9 +114,11 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
   const float* offset = smooth ? shift + threadIdx.x % vecs_per_row * kVec : nullptr;
   uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
   for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+    const Vec staged = reinterpret_cast<const Vec*>(values)[slot(i)];  // one load (see quantize_stream.cu)
+    const T* elems = reinterpret_cast<const T*>(&staged);
     float x[kVec];
 #pragma unroll
-    for (int e = 0; e < kVec; ++e) x[e] = to_float(values[slot(i) * kVec + e]) - (smooth ? offset[e] : 0.0f);
+    for (int e = 0; e < kVec; ++e) x[e] = to_float(elems[e]) - (smooth ? offset[e] : 0.0f);
     store_codes<kVec>(codes + i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr));
   }
 }

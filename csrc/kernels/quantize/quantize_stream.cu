@@ -122,7 +122,11 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
     for (int k = threadIdx.x; k < max(share.count, after_count); k += kQuantThreads) {
       if (k < share.count) {
         float values[kVec];
-        const T* elems = reinterpret_cast<const T*>(staged + k);
+        // One 16-byte load: element by element, ptxas kept eight 2-byte loads for bf16 (not for fp16). Graph us,
+        // H100, two rounds each: bf16 4x16x2048x128 67.6, 67.5 -> 64.4, 65.1, 4x16x2048x64 38.1, 37.9 -> 35.9,
+        // 36.0; fp16 unchanged.
+        const uint4 vector = staged[k];
+        const T* elems = reinterpret_cast<const T*>(&vector);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) values[e] = to_float(elems[e]);
         store_codes<kVec>(share.codes(k), values, scale);
