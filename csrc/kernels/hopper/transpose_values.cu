@@ -30,9 +30,12 @@ __device__ __forceinline__ void transpose_4x4(const uint32_t (&w)[4], uint32_t (
   rows[3] = __byte_perm(high01, high23, 0x7632);
 }
 
+// The blocks of a kv head, kKeys keys each.
+SDPA_HOST_DEVICE int key_blocks_of(const AttentionParams& p) { return (p.seqlen_k + kKeys - 1) / kKeys; }
+
+// V^T into p.workspace, [B * Hkv][D][transposed_values_row_bytes].
 template <int kD>
-__global__ void __launch_bounds__(2 * kD) transpose_values_kernel(const AttentionParams p, uint8_t* transposed,
-                                                                 int64_t row_bytes, int key_blocks) {
+__global__ void __launch_bounds__(2 * kD) transpose_values_kernel(const AttentionParams p) {
   constexpr int kThreads = 2 * kD, kChunks = kD / 16;
   static_assert(kThreads == kD / 4 * kGroups, "one gather per thread");
   __shared__ __align__(16) uint8_t staged[kKeys * kD];
@@ -40,7 +43,8 @@ __global__ void __launch_bounds__(2 * kD) transpose_values_kernel(const Attentio
   // Before any access: the kernel before may still be writing the codes, or the attention of the previous call
   // reading a V^T whose workspace the allocator has handed to this one.
   wait_for_previous_grids();
-  const int head = blockIdx.x / key_blocks, key0 = blockIdx.x % key_blocks * kKeys;
+  const int key_blocks = key_blocks_of(p), head = blockIdx.x / key_blocks, key0 = blockIdx.x % key_blocks * kKeys;
+  const int64_t row_bytes = transposed_values_row_bytes(p);
   const uint8_t* v = p.v + head / p.heads_kv * p.v_batch_stride + head % p.heads_kv * p.v_head_stride;
 #pragma unroll
   for (int i = 0; i < kKeys * kChunks / kThreads; ++i) {
@@ -66,7 +70,8 @@ __global__ void __launch_bounds__(2 * kD) transpose_values_kernel(const Attentio
     transpose_4x4({words[4 * quarter], words[4 * quarter + 1], words[4 * quarter + 2], words[4 * quarter + 3]},
                   rows[quarter]);
   }
-  uint8_t* dst = transposed + (static_cast<int64_t>(head) * kD + dim0) * row_bytes + key0 + 16 * group;
+  uint8_t* dst = static_cast<uint8_t*>(p.workspace) + (static_cast<int64_t>(head) * kD + dim0) * row_bytes + key0 +
+                 16 * group;
 #pragma unroll
   for (int dim = 0; dim < 4; ++dim) {
     *reinterpret_cast<uint4*>(dst + dim * row_bytes) =
@@ -75,8 +80,6 @@ __global__ void __launch_bounds__(2 * kD) transpose_values_kernel(const Attentio
 }
 
 }  // namespace
-
-int64_t transposed_values_row_bytes(const AttentionParams& p) { return (p.seqlen_k + 15) / 16 * 16; }
 
 bool values_by_pass_pays(const AttentionParams& p, int block_m) {
   const int64_t blocks_per_kv_head = static_cast<int64_t>(query_tiles(p, block_m)) * (p.heads_q / p.heads_kv);
@@ -89,17 +92,12 @@ int64_t transposed_values_workspace_bytes(const AttentionParams& p) {
 }
 
 cudaError_t launch_transpose_values(const AttentionParams& p, cudaStream_t stream) {
-  const int key_blocks = (p.seqlen_k + kKeys - 1) / kKeys;
-  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.batch) * p.heads_kv * key_blocks));
-  uint8_t* transposed = static_cast<uint8_t*>(p.workspace);
-  const int64_t row_bytes = transposed_values_row_bytes(p);
+  const dim3 grid(static_cast<unsigned>(static_cast<int64_t>(p.batch) * p.heads_kv * key_blocks_of(p)));
   if (p.head_dim == 64) {
-    return launch_overlapping(p.overlap_launch, transpose_values_kernel<64>, grid, 128, 0, stream, p, transposed,
-                              row_bytes, key_blocks);
+    return launch_overlapping(p.overlap_launch, transpose_values_kernel<64>, grid, 128, 0, stream, p);
   }
   if (p.head_dim == 128) {
-    return launch_overlapping(p.overlap_launch, transpose_values_kernel<128>, grid, 256, 0, stream, p, transposed,
-                              row_bytes, key_blocks);
+    return launch_overlapping(p.overlap_launch, transpose_values_kernel<128>, grid, 256, 0, stream, p);
   }
   return cudaErrorInvalidValue;
 }

@@ -13,7 +13,9 @@ namespace sdpa {
 
 // Bytes of a row of V^T (one dim, every key): the keys rounded up to 16, a multiple of the 16 bytes that TMA
 // strides need; the keys past seqlen_k hold zero codes.
-int64_t transposed_values_row_bytes(const AttentionParams& params);
+SDPA_HOST_DEVICE int64_t transposed_values_row_bytes(const AttentionParams& params) {
+  return (params.seqlen_k + 15) / 16 * 16;
+}
 // Whether the pass pays for a grid of block_m query rows per block: where a kv head has at least 32 query blocks
 // (causal, whose blocks see half the keys on average, 128). It reads and writes V once (33.5 MB at
 // 4x16x2048x128), while the blocks' transposes cost up to ~10% of the kernel. Graph us of `wgmma_fp8+fp8_pv`,
