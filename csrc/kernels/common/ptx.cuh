@@ -58,6 +58,19 @@ __device__ __forceinline__ void wait_cluster_start() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 #endif
 }
+// A thread-block cluster's end: a block must not exit while another may still read its shared memory. Every thread
+// calls arrive_cluster_done() once it has read the other blocks' shared memory for the last time, and
+// wait_cluster_done() before it exits; the work between the two overlaps the other blocks' reads.
+__device__ __forceinline__ void arrive_cluster_done() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_cluster_done() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
 
 // A counter in global memory that blocks of one grid hand work over with: the writer adds with release semantics
 // (its earlier writes, and those of the threads it synchronized with, become visible first), the reader loads

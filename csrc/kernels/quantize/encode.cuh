@@ -70,17 +70,6 @@ struct E4m3Divisor {
   }
 };
 
-// The same codes by one IEEE division per value: fewer registers, for kernels that E4m3Divisor would make spill.
-struct E4m3Division {
-  float scale;
-
-  __device__ E4m3Division(float s, bool /*bounds_values*/) : scale(s) {}
-  template <int kVec>
-  __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
-    divide_pairs(x, scale, pairs);
-  }
-};
-
 // Encodes kVec values to consecutive codes of x / divisor.scale: one hardware cvt per pair on sm_89+, and one 4- or
 // 8-byte store.
 template <int kVec, class Divisor>

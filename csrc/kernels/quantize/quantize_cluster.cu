@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     amax = cluster_smoothed_amax(cluster, p, ctas, rank, totals, cluster_stats);
     if (threadIdx.x == 0) head_scale = scale_from_amax(amax);
     // Done reading the other blocks' shared memory: a block may leave once all have arrived (checked at the end).
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    arrive_cluster_done();
     __syncthreads();
     scale = head_scale;
   } else {
@@ -164,11 +164,11 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     scale = scale_from_amax(cluster_amax(block_amaxes, ctas));
   }
   if (rank == 0 && threadIdx.x == 0) p.scale[head] = scale;
-  // Smoothing and bf16 divide (E4m3Division): with E4m3Divisor the plain bf16 kernel spilled 24 bytes at its 64
-  // registers (2 to 32 bytes however the encode was written); with smoothing, the bf16 kernel spilled 2 bytes under
-  // the bracketed quotient this replaced.
-  using Divisor = std::conditional_t<kSmooth || std::is_same_v<T, __nv_bfloat16>, E4m3Division, E4m3Divisor>;
-  const Divisor divisor(scale, /*bounds_values=*/true);
+  // Smoothing and bf16 divide every value (bounds_values false at compile time, so the FMA quotient is not even
+  // compiled in): with it the plain bf16 kernel spilled 24 bytes at its 64 registers (2 to 32 bytes however the
+  // encode was written); with smoothing, the bf16 kernel spilled 2 bytes under the bracketed quotient it replaced.
+  constexpr bool kDivides = kSmooth || std::is_same_v<T, __nv_bfloat16>;
+  const E4m3Divisor divisor(scale, /*bounds_values=*/!kDivides);
   // The means, gathered by cluster_smoothed_amax, are read with each vector: held in registers beside the held
   // values they took bf16 past four blocks' 64.
   const float* shift = smooth ? cluster_stats + column : nullptr;
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
       store_codes<kVec>(codes + static_cast<int64_t>(i) * kVec, values, divisor);
     }
   }
-  if (smooth) asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  if (smooth) wait_cluster_done();
 #endif
 }
 

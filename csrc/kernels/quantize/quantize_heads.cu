@@ -119,6 +119,8 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     float x[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; ++e) x[e] = to_float(elems[e]) - (smooth ? offset[e] : 0.0f);
+    // The divisor built per vector: held across the loop, its reciprocal made the smoothing fp32 kernel spill 4
+    // bytes at its 40 registers.
     store_codes<kVec>(codes + i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr));
   }
 }
