@@ -17,6 +17,15 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
                "r"(valid ? 16 : 0));
 }
+// One 16-byte shared load, kept in order with the other asm here (a cp.async that refills the same bytes comes
+// after it). From a uint4 in shared memory read as 16-bit pairs, ptxas made four 4-byte loads.
+__device__ __forceinline__ uint4 load_shared_16(const void* p) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(smem_address(p)));
+  return v;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending committed groups are still in flight.
 template <int kPending>

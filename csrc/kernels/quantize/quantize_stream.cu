@@ -74,13 +74,50 @@ struct HeadShare {
   __device__ uint8_t* codes(int k) const { return codes0 + k * kVec; }
 };
 
+// Where this thread's vectors of a share are in global memory: vectors k = threadIdx.x + j kQuantThreads, the j-th
+// `step` values after the first where a row's vectors divide the block's threads (16-bit rows of 8 to 2048 values
+// in powers of two), else HeadShare::vector(k): one add a vector instead of an integer division and two 64-bit
+// multiplies.
+template <typename T>
+struct ThreadVectors {
+  const T* first;
+  int64_t step;
+  bool stepped;
+
+  __device__ explicit ThreadVectors(const HeadShare<T>& share) {
+    const int i = share.begin + threadIdx.x;
+    first = share.x + static_cast<int64_t>(i / share.vecs_per_row) * share.p->x_row_stride +
+            i % share.vecs_per_row * HeadShare<T>::kVec;
+    stepped = kQuantThreads % share.vecs_per_row == 0;
+    step = stepped ? kQuantThreads / share.vecs_per_row * share.p->x_row_stride : 0;
+  }
+  // Vector k = threadIdx.x + j kQuantThreads of the share, which is `at` (first + j step) where stepped.
+  __device__ const T* vector(const HeadShare<T>& share, int k, const T* at) const {
+    return stepped ? at : share.vector(k);
+  }
+};
+
 // Starts the copies of the block's share of a head into `staged`, as one cp.async group.
 template <typename T>
 __device__ __forceinline__ void stage_share(const HeadShare<T>& share, uint4* staged) {
-  for (int k = threadIdx.x; k < share.count; k += kQuantThreads) cp_async_16(staged + k, share.vector(k), true);
+  const ThreadVectors<T> from(share);
+  const T* src = from.first;
+  for (int k = threadIdx.x; k < share.count; k += kQuantThreads, src += from.step) {
+    cp_async_16(staged + k, from.vector(share, k, src), true);
+  }
   cp_async_commit();
 }
 
+// The addressing above, 16-byte shared loads in the amax loop (where a uint4 read as 16-bit pairs became four
+// 4-byte loads, two shared wavefronts each: 25% of the kernel's were excess) and the next head's addresses worked out
+// before the barrier (below) took the kernel from 172 to 145 instructions issued per 16-byte vector and from 53% to
+// 66% of the DRAM's peak (ncu, 4x16x2048x128). q, k and v in fp16, graph us, H100, standalone build of the kernel,
+// median of three runs, before / after: 4x16x2048x128 62.7 / 58.2 (a plain cast of the same bytes, with no amax:
+// 53.3), 4x16x2048x64 34.8 / 32.1 (26.1), 4x32x2048x128 114.2 / 107.9, 2x16x4096x128 61.2 / 58.0, 4x16x2048x256
+// 116.6 / 110.8, 8x16x1024x128 62.6 / 61.5. Copying the next head's first half into a third slot before the cluster
+// barrier had taken the kernel before from 60.4 to 58.0 us at 4x16x2048x128; after, it saved nothing there (58.0 /
+// 58.2) and cost 4% at 4x32x2048x128 (112.2 / 107.8), its 49 KB blocks and 57 registers leaving four blocks an SM
+// instead of five.
 template <typename T>
 __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const QuantizeHeadsParams b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -105,9 +142,17 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
   wait_cluster_start();  // while the first share lands
   for (int n = 0; index < heads; ++n, index += clusters) {
     const HeadShare<T> share(b, index, ctas, rank);
+    // The next head's share and addresses while this one's copies land: worked out after the barrier, they held up
+    // the encode and the next copies (60.5 against 58.2 us at 4x16x2048x128, 63.9 against 61.5 at 8x16x1024x128).
+    const int next = index + clusters;
+    const HeadShare<T> after(b, next < heads ? next : index, ctas, rank);
+    const int after_count = next < heads ? after.count : 0;
+    const ThreadVectors<T> from(after);
     cp_async_wait<0>();  // this thread's vectors of the head (it reads only those before the barrier below)
     float amax = 0.0f;
-    for (int k = threadIdx.x; k < share.count; k += kQuantThreads) amax = fmaxf(amax, vector_amax<T>(staged[k]));
+    for (int k = threadIdx.x; k < share.count; k += kQuantThreads) {
+      amax = fmaxf(amax, vector_amax<T>(load_shared_16(staged + k)));
+    }
     amax = block_max(amax);
     write_block_amax(cluster, share_amax[n % 2], ctas, rank, amax);
     cluster.sync();  // every block's amax of the head is in this block's shared memory
@@ -116,22 +161,21 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const Qu
     // Each vector, once encoded, makes room for the same vector of the next head's share: the thread's own, which
     // it has just read. (Two buffers, the next head's copies started before this head's amax, took 91.5 against
     // 87.9 us at 4x16x2048x128 and 166.4 against 154.4 at 4x32x2048x128: fewer blocks fit an SM.)
-    const int next = index + clusters;
-    const HeadShare<T> after(b, next < heads ? next : index, ctas, rank);
-    const int after_count = next < heads ? after.count : 0;
-    for (int k = threadIdx.x; k < max(share.count, after_count); k += kQuantThreads) {
+    const T* src = from.first;
+    uint8_t* codes = share.codes(threadIdx.x);
+    for (int k = threadIdx.x; k < max(share.count, after_count);
+         k += kQuantThreads, src += from.step, codes += kQuantThreads * kVec) {
       if (k < share.count) {
-        float values[kVec];
-        // One 16-byte load: element by element, ptxas kept eight 2-byte loads for bf16 (not for fp16). Graph us,
-        // H100, two rounds each: bf16 4x16x2048x128 67.6, 67.5 -> 64.4, 65.1, 4x16x2048x64 38.1, 37.9 -> 35.9,
-        // 36.0; fp16 unchanged.
-        const uint4 vector = staged[k];
+        // One 16-byte load (element by element ptxas kept eight 2-byte loads for bf16), before the copy that
+        // overwrites it.
+        const uint4 vector = load_shared_16(staged + k);
         const T* elems = reinterpret_cast<const T*>(&vector);
+        float values[kVec];
 #pragma unroll
         for (int e = 0; e < kVec; ++e) values[e] = to_float(elems[e]);
-        store_codes<kVec>(share.codes(k), values, scale);
+        store_codes<kVec>(codes, values, scale);
       }
-      if (k < after_count) cp_async_16(staged + k, after.vector(k), true);
+      if (k < after_count) cp_async_16(staged + k, from.vector(after, k, src), true);
     }
     cp_async_commit();
   }
