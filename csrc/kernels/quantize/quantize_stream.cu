@@ -109,7 +109,8 @@ __device__ __forceinline__ void stage_share(const HeadShare<T>& share, uint4* st
 }
 
 // The addressing above, 16-byte shared loads in the amax loop (where a uint4 read as 16-bit pairs became four
-// 4-byte loads, two shared wavefronts each: 25% of the kernel's were excess) and the next head's addresses worked out
+// 4-byte loads 16 bytes apart across a warp, each a 4-way bank conflict: 25% of the kernel's shared wavefronts were
+// excess) and the next head's addresses worked out
 // before the barrier (below) took the kernel from 172 to 145 instructions issued per 16-byte vector and from 53% to
 // 66% of the DRAM's peak (ncu, 4x16x2048x128). q, k and v in fp16, graph us, H100, standalone build of the kernel,
 // median of three runs, before / after: 4x16x2048x128 62.7 / 58.2 (a plain cast of the same bytes, with no amax:
