@@ -110,15 +110,14 @@ __device__ __forceinline__ void stage_share(const HeadShare<T>& share, uint4* st
 
 // The addressing above, 16-byte shared loads in the amax loop (where a uint4 read as 16-bit pairs became four
 // 4-byte loads 16 bytes apart across a warp, each a 4-way bank conflict: 25% of the kernel's shared wavefronts were
-// excess) and the next head's addresses worked out
-// before the barrier (below) took the kernel from 172 to 145 instructions issued per 16-byte vector and from 53% to
-// 66% of the DRAM's peak (ncu, 4x16x2048x128). q, k and v in fp16, graph us, H100, standalone build of the kernel,
-// median of three runs, before / after: 4x16x2048x128 62.7 / 58.2 (a plain cast of the same bytes, with no amax:
-// 53.3), 4x16x2048x64 34.8 / 32.1 (26.1), 4x32x2048x128 114.2 / 107.9, 2x16x4096x128 61.2 / 58.0, 4x16x2048x256
-// 116.6 / 110.8, 8x16x1024x128 62.6 / 61.5. Copying the next head's first half into a third slot before the cluster
-// barrier had taken the kernel before from 60.4 to 58.0 us at 4x16x2048x128; after, it saved nothing there (58.0 /
-// 58.2) and cost 4% at 4x32x2048x128 (112.2 / 107.8), its 49 KB blocks and 57 registers leaving four blocks an SM
-// instead of five.
+// excess) and the next head's addresses worked out before the barrier (below) took the kernel from 172 to 145
+// instructions issued per 16-byte vector and from 53% to 66% of the DRAM's peak (ncu, 4x16x2048x128). q, k and v in
+// fp16, graph us, H100, standalone build of the kernel, median of three runs, before / after: 4x16x2048x128 62.7 /
+// 58.2 (a plain cast of the same bytes, with no amax: 53.3), 4x16x2048x64 34.8 / 32.1 (26.1), 4x32x2048x128 114.2 /
+// 107.9, 2x16x4096x128 61.2 / 58.0, 4x16x2048x256 116.6 / 110.8, 8x16x1024x128 62.6 / 61.5. Copying the next head's
+// first half into a third slot before the cluster barrier had taken the kernel before from 60.4 to 58.0 us at
+// 4x16x2048x128; after, it saved nothing there (58.0 / 58.2) and cost 4% at 4x32x2048x128 (112.2 / 107.8), its 49 KB
+// blocks and 57 registers leaving four blocks an SM instead of five.
 template <typename T>
 __global__ void __launch_bounds__(kQuantThreads) quantize_stream_kernel(const QuantizeHeadsParams b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
