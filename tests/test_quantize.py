@@ -127,7 +127,9 @@ def test_nan_input_gives_nan_code(device):
     (2, 24, 1100, 256),  # streaming clusters with shares over 32 KB (16-bit inputs, sm_90)
     (4, 16, 1930, 128),  # streaming clusters of 16 blocks whose shares start mid-row (16-bit inputs, sm_90)
     (4, 16, 3200, 80),  # streaming clusters, rows of 10 vectors: a block's 256 threads do not step whole rows
+    (8, 16, 257, 80),  # a block per head, rows of 10 vectors: its 512 threads do not step whole rows
     (1, 2, 4096, 128),  # heads too large for a cluster or shared memory: the two-pass kernels
+    (1, 2, 8192, 80),  # the two-pass kernels, rows of 10 vectors: a block's 256 threads do not step whole rows
 ])
 def test_per_head_scale_and_codes(device, dtype, shape):
     gen = torch.Generator().manual_seed(sum(shape))
