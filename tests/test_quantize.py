@@ -174,6 +174,7 @@ def test_dequantize_round_trip_error_bound(device):
     ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: streaming clusters (sm_90)
     ((2, 16, 1536, 256), (2, 8, 1536, 256)),  # streaming clusters, 48 KB shares (16-bit inputs, sm_90)
     ((2, 16, 1930, 128), (2, 8, 2048, 128)),  # streaming clusters of 16 blocks, shares of two sizes
+    ((4, 16, 1024, 64), (4, 8, 1024, 64)),  # streaming clusters of two blocks for heads up to 128 KB (16-bit inputs)
 ])
 def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     q_shape, kv_shape = shapes

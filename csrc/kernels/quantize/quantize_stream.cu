@@ -40,9 +40,13 @@ using quantize::write_block_amax;
 // A block's share of a head: as few blocks as keep it within kShareBytes, so that several blocks (of different
 // clusters) share an SM and one's loads run while another waits at its cluster barrier; heads beyond kMaxStreamCtas
 // shares take larger shares, up to kMaxShareBytes (three blocks an SM), and beyond those other kernels
-// (quantize_heads_by_stream).
+// (quantize_heads_by_stream). Heads up to kPairedHeadBytes take two shares of up to kMaxShareBytes instead: q, k
+// and v in fp16, graph us, standalone (scripts/bench_quantize_stream.cu), 32 KB shares / two shares: H200
+// 4x16x385x128 15.3 / 9.6, 8x16x1024x64 26.7 / 24.5, 16x16x1024x64 44.9 / 43.4; H100 15.1 / 10.3, 32.1 / 30.6,
+// 57.6 / 57.1. Larger heads lost with 64 KB shares (H200: 4x16x2048x64 26.9 / 29.2, 2x8x1024x256 16.5 / 17.0) and
+// with 40 or 48 KB ones.
 constexpr int kMaxStreamCtas = 16;
-constexpr int64_t kShareBytes = 32 * 1024, kMaxShareBytes = 64 * 1024;
+constexpr int64_t kShareBytes = 32 * 1024, kMaxShareBytes = 64 * 1024, kPairedHeadBytes = 2 * kMaxShareBytes;
 
 // The 16-byte vectors of head `index` (of all the tensors) that cluster block `rank` of `ctas` stages: vectors
 // [begin, begin + count) of the head, in row-major order.
@@ -195,7 +199,8 @@ StreamShape stream_shape(const QuantizeHeadsParams& b) {
     const int64_t value_bytes = p.x_type == InputType::kFloat32 ? 4 : 2;
     vectors = std::max(vectors, static_cast<int64_t>(p.rows) * p.cols * value_bytes / 16);
   }
-  const int64_t ctas = std::clamp<int64_t>((vectors * 16 + kShareBytes - 1) / kShareBytes, 1, kMaxStreamCtas);
+  const int64_t share = vectors * 16 <= kPairedHeadBytes ? kMaxShareBytes : kShareBytes;
+  const int64_t ctas = std::clamp<int64_t>((vectors * 16 + share - 1) / share, 1, kMaxStreamCtas);
   return {static_cast<int>(ctas), (vectors + ctas - 1) / ctas * 16};
 }
 
