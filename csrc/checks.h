@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -60,6 +61,30 @@ inline CausalAlignment parse_causal_alignment(c10::string_view alignment) {
   TORCH_CHECK(alignment == "bottom_right", "causal_alignment must be 'top_left' or 'bottom_right', got '", alignment,
               "'");
   return CausalAlignment::kBottomRight;
+}
+
+// How a q of values is quantized: per head, as quantize_fp8 does (q_quantization="per_head", the default), or by
+// the kernel with a scale per 16 rows ("per_16_rows": fp16 / bf16 values, q_scale None, head dims up to 128).
+enum class QueryQuantization { kPerHead, kPer16Rows };
+
+inline QueryQuantization parse_q_quantization(c10::string_view mode, const at::Tensor& q,
+                                              const std::optional<at::Tensor>& q_scale, const AttentionDims& d) {
+  if (mode == "per_head") return QueryQuantization::kPerHead;
+  TORCH_CHECK(mode == "per_16_rows", "q_quantization must be 'per_head' or 'per_16_rows', got '", mode, "'");
+  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+              "q_quantization='per_16_rows' needs q of torch.float16 or torch.bfloat16 values, got ", q.scalar_type());
+  TORCH_CHECK(!q_scale.has_value(), "q_quantization='per_16_rows' takes the scale of each 16 rows from q itself: "
+              "q_scale must be None");
+  TORCH_CHECK(d.head_dim <= 128, "q_quantization='per_16_rows' needs head dim 64 or 128, got ", d.head_dim);
+  return QueryQuantization::kPer16Rows;
+}
+
+// Bottom-right causal rows that see no key (Sq > Sk without seqlens_k: rows i < Sq - Sk). On CUDA they get 0 and an
+// lse of -inf on the host, and the kernels run on the other rows, whose alignment is then top-left; with seqlens_k
+// only the decode kernel runs, and it handles such rows per batch itself. q's groups of 16 rows (per_16_rows)
+// count from the first row after them.
+inline int64_t rows_before_first_key(const AttentionDims& d, bool is_causal, bool bottom_right, bool has_seqlens) {
+  return is_causal && bottom_right && !has_seqlens ? std::max<int64_t>(0, d.seqlen_q - d.seqlen_k) : 0;
 }
 
 inline void check_seqlens_k(const at::Tensor& seqlens_k, const at::Tensor& q) {
@@ -139,15 +164,22 @@ inline void check_quantize_inputs(const at::Tensor& x, const std::optional<at::T
 }
 
 // quantize_fp8_qkv: each of q, k, v a valid quantize_fp8 input, all of q's dtype and on q's device.
-inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const at::Tensor inputs[3] = {q, k, v};
-  const char* names[3] = {"q", "k", "v"};
-  for (int t = 0; t < 3; ++t) {
+// Tensors quantized in one call (quantize_fp8_qkv, quantize_fp8_kv): each a quantize_fp8 input, all of the first's
+// dtype and device.
+template <int kCount>
+inline void check_quantize_batch_inputs(const at::Tensor (&inputs)[kCount], const char* const (&names)[kCount]) {
+  for (int t = 0; t < kCount; ++t) {
     check_quantize_inputs(inputs[t], std::nullopt, names[t]);
-    TORCH_CHECK(inputs[t].scalar_type() == q.scalar_type(), names[t], " must have the dtype of q (", q.scalar_type(),
-                "), got ", inputs[t].scalar_type());
-    check_same_device(inputs[t], names[t], q);
+    TORCH_CHECK(inputs[t].scalar_type() == inputs[0].scalar_type(), names[t], " must have the dtype of ", names[0],
+                " (", inputs[0].scalar_type(), "), got ", inputs[t].scalar_type());
+    check_same_device(inputs[t], names[t], inputs[0], names[0]);
   }
+}
+inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_batch_inputs({q, k, v}, {"q", "k", "v"});
+}
+inline void check_quantize_kv_inputs(const at::Tensor& k, const at::Tensor& v) {
+  check_quantize_batch_inputs({k, v}, {"k", "v"});
 }
 
 // kv_cache_append: k and v [B, H, T, D] values of one dtype, the caches [B, H, capacity, D] E4M3 codes, the scales

@@ -16,7 +16,8 @@ using ForwardInto = void (*)(const at::Tensor& q, const at::Tensor& k, const at:
                              const std::optional<at::Tensor>& q_scale, const at::Tensor& k_scale,
                              const at::Tensor& v_scale, const at::Tensor& out, const at::Tensor& lse, bool is_causal,
                              std::optional<double> scale, c10::string_view variant,
-                             const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment);
+                             const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment,
+                             c10::string_view q_quantization);
 
 template <ForwardInto kInto>
 std::tuple<at::Tensor, at::Tensor> forward_functional(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -26,11 +27,13 @@ std::tuple<at::Tensor, at::Tensor> forward_functional(const at::Tensor& q, const
                                                       std::optional<at::ScalarType> out_dtype,
                                                       c10::string_view variant,
                                                       const std::optional<at::Tensor>& seqlens_k,
-                                                      c10::string_view causal_alignment) {
+                                                      c10::string_view causal_alignment,
+                                                      c10::string_view q_quantization) {
   const AttentionDims d = check_attention_inputs(q, k, v, q_scale, k_scale, v_scale, seqlens_k);
   at::Tensor out = at::empty({d.batch, d.heads_q, d.seqlen_q, d.head_dim}, q.options().dtype(resolve_out_dtype(out_dtype)));
   at::Tensor lse = at::empty({d.batch, d.heads_q, d.seqlen_q}, q.options().dtype(at::kFloat));
-  kInto(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant, seqlens_k, causal_alignment);
+  kInto(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant, seqlens_k, causal_alignment,
+        q_quantization);
   return {out, lse};
 }
 

@@ -15,15 +15,17 @@ TORCH_LIBRARY(sdpa, m) {
   m.def(
       "fp8_forward(Tensor q, Tensor k, Tensor v, Tensor? q_scale, Tensor k_scale, Tensor v_scale, "
       "bool is_causal=False, float? scale=None, ScalarType? out_dtype=None, str variant=\"auto\", "
-      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\") -> (Tensor out, Tensor lse)");
+      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\", str q_quantization=\"per_head\") "
+      "-> (Tensor out, Tensor lse)");
   m.def(
       "fp8_forward_into(Tensor q, Tensor k, Tensor v, Tensor? q_scale, Tensor k_scale, Tensor v_scale, "
       "Tensor(a!) out, Tensor(b!) lse, bool is_causal=False, float? scale=None, str variant=\"auto\", "
-      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\") -> ()");
+      "Tensor? seqlens_k=None, str causal_alignment=\"top_left\", str q_quantization=\"per_head\") -> ()");
   m.def("quantize_fp8(Tensor x, Tensor? scale=None) -> (Tensor x_fp8, Tensor scale)");
   m.def(
       "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
+  m.def("quantize_fp8_kv(Tensor k, Tensor v) -> (Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
   m.def(
       "quantize_fp8_qkv_smooth_k(Tensor q, Tensor k, Tensor v) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale, "

@@ -44,7 +44,7 @@ def main():
     one = torch.zeros(1, device="cuda")
     rows = [("one-element fill", lambda i: one.fill_(i))]
     rows += [(f"kernel {v}", bench.kernel(v)) for v in args.variant or ["auto", "fast"]]
-    rows += [("quantize q,k,v", bench.quantize), ("end-to-end", bench.end_to_end())]
+    rows += [(bench.quantize_row.removeprefix("sdpa_ext "), bench.quantize), ("end-to-end", bench.end_to_end())]
     rows += [(f"sdpa {b}", bench.sdpa(b)) for b in ("cudnn", "flash")]
     print(f"{'x'.join(map(str, args.shape))} causal={args.causal} on {torch.cuda.get_device_name()}")
     print("| row | graph us per call | kernels, device us per call |")

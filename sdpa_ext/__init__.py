@@ -4,7 +4,7 @@ from sdpa_ext.attention import scaled_dot_product_attention
 from sdpa_ext.kv_cache import FP8KVCache
 from sdpa_ext.ops import fp8_forward, fp8_forward_into, kv_cache_append
 from sdpa_ext.patch import patch_torch_sdpa
-from sdpa_ext.quant import dequantize_fp8, quantize_fp8, quantize_fp8_qkv
+from sdpa_ext.quant import dequantize_fp8, quantize_fp8, quantize_fp8_kv, quantize_fp8_qkv
 from sdpa_ext.variants import Variant, device_arch, variant_names, variants
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "kv_cache_append",
     "patch_torch_sdpa",
     "quantize_fp8",
+    "quantize_fp8_kv",
     "quantize_fp8_qkv",
     "scaled_dot_product_attention",
     "variant_names",

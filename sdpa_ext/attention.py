@@ -1,5 +1,6 @@
 """Drop-in replacement for torch.nn.functional.scaled_dot_product_attention on fp16/bf16 tensors."""
 
+import functools
 import math
 import warnings
 from collections import Counter
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import CausalBias, CausalVariant
 
 from sdpa_ext import ops
-from sdpa_ext.quant import quantize_fp8_qkv
+from sdpa_ext.quant import quantize_fp8_kv, quantize_fp8_qkv
 from sdpa_ext.variants import WIDE_HEAD_DIMS
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -79,6 +80,33 @@ def quantize_padded(query, key, value, width, smooth_keys):
     return pad_last_dim(q8, width), q_scale, pad_last_dim(k8, width), k_scale, pad_last_dim(v8, width), v_scale
 
 
+# q's size from which the kernels quantize it themselves (kernel_quantizes_query). The drop-in end to end, q per 16
+# rows in the kernel against q per head through the quantizer, fp16, graph us, H100, one run of 3 rounds: 1x8x512x64
+# (q of 512 KB, one wave of blocks whose q load is their critical path) 8.8 / 8.4; 4x16x2048x64 (16 MB) 174.3 /
+# 180.7, causal 119.8 / 125.3; 4x16x2048x128 `fast` 231.8 / 240.4, causal 164.8 / 173.3, `auto` 281.4 / 282.8;
+# 1x16x8192x128 `fast` 697.3 / 713.3, `auto` 877.6 / 866.5 (the one loss; causal 492.5 / 510.2); 32x16x577x64
+# 230.2 / 241.5; 32x12x197x64 (9.7 MB) 54.8 / 57.8.
+KERNEL_QUANTIZES_QUERY_BYTES = 4 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def _is_hopper(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index) == (9, 0)
+
+
+def kernel_quantizes_query(query, width, variant, smooth_keys) -> bool:
+    """Whether fp8_forward quantizes q itself, a scale per 16 rows (q_quantization='per_16_rows'): where `auto` and
+    `fast` take kernels that do (the Hopper kernels and the CPU's, at head dims 64 and 128 as they are), keys are not
+    smoothed and q is large enough to gain. q then makes no pass of its own through memory: quantize_fp8_kv takes k
+    and v."""
+    large = query.numel() * query.element_size() >= KERNEL_QUANTIZES_QUERY_BYTES
+    if not (variant in ("auto", "fast") and query.size(-1) == width <= 128 and not smooth_keys and large):
+        return False
+    device = query.device
+    return device.type == "cpu" or (device.type == "cuda" and _is_hopper(
+        device.index if device.index is not None else torch.cuda.current_device()))
+
+
 CAUSAL_ALIGNMENTS = {CausalVariant.UPPER_LEFT: "top_left", CausalVariant.LOWER_RIGHT: "bottom_right"}
 
 
@@ -134,7 +162,8 @@ def scaled_dot_product_attention(
     variant: str = "auto",
     smooth_keys: bool = SMOOTH_KEYS_DEFAULT,
 ) -> torch.Tensor:
-    """softmax(q k^T * scale [+ causal mask]) v with q, k, v quantized to E4M3 per head.
+    """softmax(q k^T * scale [+ causal mask]) v with k and v quantized to E4M3 per head, q per head or, where the
+    kernel quantizes it itself (kernel_quantizes_query), per 16 rows.
 
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
     dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
@@ -154,8 +183,13 @@ def scaled_dot_product_attention(
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    q8, q_scale, k8, k_scale, v8, v_scale = quantize_padded(query, key, value, width, smooth_keys)
-    out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
-                             causal_alignment=alignment)
+    if value_dim == width and kernel_quantizes_query(query, width, variant, smooth_keys):
+        k8, k_scale, v8, v_scale = quantize_fp8_kv(key, value)
+        out, _ = ops.fp8_forward(query, k8, v8, None, k_scale, v_scale, is_causal, scale, query.dtype, variant,
+                                 causal_alignment=alignment, q_quantization="per_16_rows")
+    else:
+        q8, q_scale, k8, k_scale, v8, v_scale = quantize_padded(query, key, value, width, smooth_keys)
+        out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
+                                 causal_alignment=alignment)
     # Contiguous, as torch's output is: callers .view() it.
     return out if value_dim == width else out[..., :value_dim].contiguous()

@@ -7,8 +7,9 @@
     python -m sdpa_ext.bench --preset targets --variant auto --sustained 3  # each row after 3 s of itself
     python -m sdpa_ext.bench --preset decode --rounds 3       # decode from an FP8 cache (bench_decode.py)
 
-Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the quantization of q, k, v, the
-end-to-end drop-in from fp16/bf16 for each tier (`auto`: full, `fast`) with the quantization's share of it, and
+Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the drop-in's quantization (of q, k and
+v, or of k and v where the kernel quantizes q itself: sdpa_ext.attention.kernel_quantizes_query), the end-to-end
+drop-in from fp16/bf16 for each tier (`auto`: full, `fast`) with the quantization's share of it, and
 every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
 row is timed by CUDA-graph replay (GPU time per call; the ratios use it) and by per-call CUDA events (median,
 p90; launch overhead included), cycling through enough input sets that the L2 cache does not flatter small
@@ -36,7 +37,7 @@ import torch.nn.functional as F
 
 import sdpa_ext
 from sdpa_ext import timing
-from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT
+from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT, kernel_head_dim, kernel_quantizes_query
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -121,6 +122,10 @@ class ShapeBench:
         b, h, s, d = shape
         self.flops = 4 * b * h * s * s * d / (2 if is_causal else 1)
         self.rows = []
+        # What the drop-in quantizes before the kernel: k and v where the kernel quantizes q itself, else q, k, v.
+        self.kernel_quantizes_q = kernel_quantizes_query(q, kernel_head_dim(d), "auto", SMOOTH_KEYS_DEFAULT)
+        self.quantize_row = "sdpa_ext quantize k,v (q in the kernel)" if self.kernel_quantizes_q else \
+            "sdpa_ext quantize q,k,v"
 
     def add(self, name, kind, fn, out=None):
         row = {"name": name, "kind": kind}
@@ -151,8 +156,11 @@ class ShapeBench:
         return call
 
     def quantize(self, i):
-        """The drop-in's quantization, keys smoothed or not as it does by default."""
-        return sdpa_ext.quantize_fp8_qkv(*self.sets[i % len(self.sets)], smooth_k=SMOOTH_KEYS_DEFAULT)
+        """The drop-in's quantization (quantize_row), keys smoothed or not as it does by default."""
+        q, k, v = self.sets[i % len(self.sets)]
+        if self.kernel_quantizes_q:
+            return sdpa_ext.quantize_fp8_kv(k, v)
+        return sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=SMOOTH_KEYS_DEFAULT)
 
     def end_to_end(self, variant="auto"):
         def call(i):
@@ -193,7 +201,7 @@ class ShapeBench:
             timing.warm_up_cuda(self.kernel(variants[0]), WARM_UP_S)
         for variant in variants:
             self.add(f"sdpa_ext[{variant}]", "kernel", self.kernel(variant), self.kernel(variant)(0)[0])
-        self.add("sdpa_ext quantize q,k,v", "quantize", self.quantize)
+        self.add(self.quantize_row, "quantize", self.quantize)
         for tier, name in END_TO_END_ROWS.items():
             self.add(name, "end_to_end", self.end_to_end(tier), self.end_to_end(tier)(0))
         for backend in SDPA_BACKENDS if self.device == "cuda" else ("math",):

@@ -22,21 +22,24 @@ def fp8_forward(
     variant: str = "auto",
     seqlens_k: Optional[torch.Tensor] = None,
     causal_alignment: str = "top_left",
+    q_quantization: str = "per_head",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Attention on E4M3 codes with per-head scales; returns (out [B, Hq, Sq, D], lse [B, Hq, Sq]).
 
     q may instead hold fp16/bf16/fp32 values, quantized per head as quantize_fp8(q, q_scale) would (q_scale None:
-    amax / 448). seqlens_k ([B] int32) limits batch b to its first seqlens_k[b] keys; causal_alignment
-    'bottom_right' aligns the causal mask to the last key (query i of Sq sees keys j <= i + Sk - Sq)."""
+    amax / 448), or with q_quantization='per_16_rows' (fp16/bf16, q_scale None, D <= 128) by the kernel itself with
+    the amax / 448 of each 16 rows of a head (counted from the first row that sees a key). seqlens_k ([B] int32)
+    limits batch b to its first seqlens_k[b] keys; causal_alignment 'bottom_right' aligns the causal mask to the last
+    key (query i of Sq sees keys j <= i + Sk - Sq)."""
     return torch.ops.sdpa.fp8_forward(q, k, v, q_scale, k_scale, v_scale, is_causal, scale, out_dtype, variant,
-                                      seqlens_k, causal_alignment)
+                                      seqlens_k, causal_alignment, q_quantization)
 
 
 def fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto",
-                     seqlens_k=None, causal_alignment="top_left"):
+                     seqlens_k=None, causal_alignment="top_left", q_quantization="per_head"):
     """fp8_forward writing into preallocated out (fp16/bf16 [B, Hq, Sq, D]) and lse (float32 [B, Hq, Sq])."""
     torch.ops.sdpa.fp8_forward_into(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant,
-                                    seqlens_k, causal_alignment)
+                                    seqlens_k, causal_alignment, q_quantization)
 
 
 def kv_cache_append(k, v, k_cache, v_cache, k_scale, v_scale, start, k_shift=None):
@@ -60,7 +63,7 @@ def _present(**tensors):
 
 @torch.library.register_fake("sdpa::fp8_forward")
 def _fp8_forward_fake(q, k, v, q_scale, k_scale, v_scale, is_causal=False, scale=None, out_dtype=None, variant="auto",
-                      seqlens_k=None, causal_alignment="top_left"):
+                      seqlens_k=None, causal_alignment="top_left", q_quantization="per_head"):
     _check_same_device("q", q, **_present(k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale,
                                           seqlens_k=seqlens_k))
     batch, heads_q, seqlen_q, head_dim = q.shape
@@ -71,7 +74,7 @@ def _fp8_forward_fake(q, k, v, q_scale, k_scale, v_scale, is_causal=False, scale
 
 @torch.library.register_fake("sdpa::fp8_forward_into")
 def _fp8_forward_into_fake(q, k, v, q_scale, k_scale, v_scale, out, lse, is_causal=False, scale=None, variant="auto",
-                           seqlens_k=None, causal_alignment="top_left"):
+                           seqlens_k=None, causal_alignment="top_left", q_quantization="per_head"):
     _check_same_device("q", q, **_present(k=k, v=v, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out,
                                           lse=lse, seqlens_k=seqlens_k))
 
@@ -95,6 +98,12 @@ def _quantize_fp8_fake(x, scale=None):
 def _quantize_fp8_qkv_fake(q, k, v):
     _check_same_device("q", q, k=k, v=v)
     return (*_quantize_fp8_fake(q), *_quantize_fp8_fake(k), *_quantize_fp8_fake(v))
+
+
+@torch.library.register_fake("sdpa::quantize_fp8_kv")
+def _quantize_fp8_kv_fake(k, v):
+    _check_same_device("k", k, v=v)
+    return (*_quantize_fp8_fake(k), *_quantize_fp8_fake(v))
 
 
 @torch.library.register_fake("sdpa::quantize_fp8_qkv_smooth_k")

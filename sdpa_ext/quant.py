@@ -32,6 +32,12 @@ def quantize_fp8_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, smooth_k
     return torch.ops.sdpa.quantize_fp8_qkv(q, k, v)
 
 
+def quantize_fp8_kv(k: torch.Tensor, v: torch.Tensor):
+    """quantize_fp8 of k and v (one dtype) in one call, for a q that fp8_forward quantizes itself
+    (q_quantization='per_16_rows'). Returns (k_fp8, k_scale, v_fp8, v_scale), bit-identical to two quantize_fp8."""
+    return torch.ops.sdpa.quantize_fp8_kv(k, v)
+
+
 def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Values that E4M3 codes [B, H, S, D] (float8_e4m3fn or uint8) stand for: code * scale[b, h]."""
     if x_fp8.dtype == torch.uint8:

@@ -50,6 +50,21 @@ def sdpa_float32(q, k, v, is_causal=False, scale=None, causal_alignment="top_lef
     return out.masked_fill(~visible.any(dim=-1, keepdim=True), 0.0)
 
 
+def quantized_in_row_groups(q, first=0):
+    """The values of q [B, H, S, D] quantized to E4M3 with one scale per 16 rows of a head, counted from row `first`
+    (fp8_forward's q_quantization='per_16_rows'): each group's amax / 448 (1 for a group of zeros), codes as torch's
+    float8_e4m3fn cast of x / scale; rows before `first` zero. The scale is divided in float64 and rounded: torch on
+    CUDA divides by a Python scalar as a multiplication by its reciprocal, off by the last bit at times."""
+    b, h, s, d = q.shape
+    rows = s - first
+    groups = -(-rows // 16)
+    x = F.pad(q.float()[:, :, first:], (0, 0, 0, groups * 16 - rows)).reshape(b, h, groups, 16 * d)
+    amax = x.abs().amax(-1, keepdim=True)
+    scale = torch.where(amax > 0, amax.double() / 448.0, 1.0).float()
+    values = ((x / scale).to(torch.float8_e4m3fn).float() * scale).reshape(b, h, groups * 16, d)[:, :, :rows]
+    return F.pad(values, (0, 0, first, 0))
+
+
 def sqnr_db(x, ref):
     """Signal-to-quantization-noise ratio of x against ref, in dB (inf when they are equal)."""
     x, ref = x.double(), ref.double()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import sdpa_ext
 from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT
 from conftest import CUDA_SKIP
-from reference import abs_errors, attention_float64, sdpa_float32, sqnr_db
+from reference import abs_errors, attention_float64, quantized_in_row_groups, sdpa_float32, sqnr_db
 
 
 
@@ -310,13 +310,17 @@ def test_deterministic(device):
         assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
 
 
-def drop_in_values(q, k, v, smooth_keys=SMOOTH_KEYS_DEFAULT):
-    """The values the drop-in attends to: q, k and v per-head E4M3; with smooth_keys, k's codes are those of k minus
-    its mean key m, and m is added back. The shift leaves softmax unchanged, so exact attention on these is the
-    drop-in's exact answer either way (test_quantize checks the codes against their definition)."""
+def drop_in_values(q, k, v, smooth_keys=SMOOTH_KEYS_DEFAULT, first_row=0):
+    """The values the drop-in attends to: k and v per-head E4M3, q per 16 rows from first_row (the first that sees a
+    key) where the kernel quantizes it (kernel_quantizes_query), else per head; with smooth_keys, k's codes are those
+    of k minus its mean key m, and m is added back. The shift leaves softmax unchanged, so exact attention on these
+    is the drop-in's exact answer either way (test_quantize checks the codes against their definition)."""
     q8, qs, k8, ks, v8, vs, *shift = sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=smooth_keys)
     keys = sdpa_ext.dequantize_fp8(k8, ks) + (shift[0][:, :, None, :] if smooth_keys else 0.0)
-    return sdpa_ext.dequantize_fp8(q8, qs), keys, sdpa_ext.dequantize_fp8(v8, vs)
+    width = sdpa_ext.attention.kernel_head_dim(max(q.size(-1), v.size(-1)))
+    by_rows = v.size(-1) == width and sdpa_ext.attention.kernel_quantizes_query(q, width, "auto", smooth_keys)
+    queries = quantized_in_row_groups(q, first_row) if by_rows else sdpa_ext.dequantize_fp8(q8, qs)
+    return queries, keys, sdpa_ext.dequantize_fp8(v8, vs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import requires_cuda
+import sdpa_ext.attention
 from sdpa_ext import bench, timing
 
 
@@ -74,6 +75,15 @@ def test_cpu_run_writes_json(tmp_path, capsys, monkeypatch):
         quantize_us, row = rows["sdpa_ext quantize q,k,v"]["time_us"], rows[name]
         assert row["cosine"] > 0.99 and row["quantize_share"] == pytest.approx(quantize_us / row["time_us"])
     assert "| sdpa_ext[auto] |" in capsys.readouterr().out
+
+
+def test_quantize_row_is_what_the_drop_in_quantizes(tmp_path, monkeypatch):
+    # Where the kernel quantizes q (kernel_quantizes_query: from 4 MB of q, here from any size) the drop-in
+    # quantizes k and v alone, and the bench's row says so.
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sdpa_ext.attention, "KERNEL_QUANTIZES_QUERY_BYTES", 0)
+    rows = {r["name"] for r in run_bench(tmp_path)["results"][0]["rows"]}
+    assert "sdpa_ext quantize k,v (q in the kernel)" in rows and "sdpa_ext quantize q,k,v" not in rows
 
 
 @requires_cuda

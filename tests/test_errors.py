@@ -148,6 +148,11 @@ def test_quantize_bad_input(device):
         sdpa_ext.quantize_fp8_qkv(x, x, x[0])
     with pytest.raises(RuntimeError, match=r"k must be non-empty"):
         sdpa_ext.quantize_fp8_qkv(x, x[:, :, :0], x)
+    # and quantize_fp8_kv
+    with pytest.raises(RuntimeError, match=r"v must have the dtype of k \(Float\), got Half"):
+        sdpa_ext.quantize_fp8_kv(x, x.half())
+    with pytest.raises(RuntimeError, match=r"k must be torch.float16, torch.bfloat16 or torch.float32, got Int"):
+        sdpa_ext.quantize_fp8_kv(x.int(), x)
 
 
 def test_bad_seqlens_and_alignment(device):

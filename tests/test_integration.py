@@ -40,6 +40,11 @@ def test_opcheck_model_path(device):
     # q as values, quantized by the op; per-sequence key counts; bottom-right causal rows.
     torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, (q, *codes, None, ks, vs),
                           {"is_causal": True, "seqlens_k": lengths, "causal_alignment": "bottom_right"})
+    # q as values that the kernel quantizes per 16 rows (the drop-in's call), where a kernel does.
+    if device == "cpu" or sdpa_ext.device_arch() == "sm_90":
+        q_rows = qkv(device, shape_q=(2, 8, 40, 64))[0]
+        torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, (q_rows, *codes, None, ks, vs),
+                              {"is_causal": True, "q_quantization": "per_16_rows"})
     caches = [torch.zeros(2, 2, 96, 64, dtype=torch.uint8, device=device) for _ in range(2)]
     shift = torch.randn(2, 2, 64, device=device)
     torch.library.opcheck(torch.ops.sdpa.kv_cache_append.default, (k[:, :, :4], v[:, :, :4], *caches, ks, vs, lengths),
@@ -51,6 +56,7 @@ def test_opcheck_quantize(device):
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x,))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x.float(), torch.rand(1, 4, device=device) + 0.1))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv.default, tuple(qkv(device)))
+    torch.library.opcheck(torch.ops.sdpa.quantize_fp8_kv.default, tuple(qkv(device)[1:]))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv_smooth_k.default, tuple(qkv(device)))
 
 

@@ -191,6 +191,21 @@ def test_qkv_in_one_call_matches_three(device, dtype, shapes):
         assert_codes_match_torch(codes.view(torch.uint8), x, scales)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(1, 2, 512, 64), (8, 8, 256, 64), (4, 16, 385, 128), (4, 16, 1024, 64),
+                                   (1, 2, 4096, 128)])
+def test_kv_in_one_call_matches_two(device, dtype, shape):
+    # quantize_fp8_kv (k and v for a q that the attention kernel quantizes itself) takes the paths of
+    # quantize_fp8_qkv with two tensors: each is bit-identical to its own quantize_fp8.
+    gen = torch.Generator().manual_seed(shape[2])
+    k, v = (torch.randn(shape, generator=gen).mul(2).to(dtype).to(device) for _ in range(2))
+    k = k.transpose(1, 2).contiguous().transpose(1, 2)  # strided input
+    together = sdpa_ext.quantize_fp8_kv(k, v)
+    separately = [x for t in (k, v) for x in sdpa_ext.quantize_fp8(t)]
+    for a, b in zip(together, separately):
+        assert same_bits(a, b)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_qkv_encodes_every_16bit_value_like_quantize_fp8(device, dtype):
     # With the amax scale every pattern lands somewhere in [-448, 448], ties and subnormals included.

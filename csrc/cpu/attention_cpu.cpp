@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "../checks.h"
@@ -15,6 +16,26 @@
 
 namespace sdpa {
 namespace {
+
+// q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"): codes [B, Hq, Sq, D] and the
+// scale of every row [B, Hq, Sq], its group's amax / 448 (1 for a group of zeros); rows before `first` see no key,
+// and their codes are 0.
+std::tuple<at::Tensor, at::Tensor> quantize_query_rows(const at::Tensor& q, int64_t first) {
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), rows = S - first;
+  const int64_t groups = (rows + 15) / 16;
+  at::Tensor x = at::zeros({B, H, groups * 16, D}, q.options().dtype(at::kFloat));
+  x.narrow(2, 0, rows).copy_(q.narrow(2, first, rows));
+  const at::Tensor grouped = x.view({B, H, groups, 16 * D});
+  const at::Tensor amax = grouped.abs().amax(-1, /*keepdim=*/true);
+  const at::Tensor scale = at::where(amax > 0, amax / kE4M3Max, at::ones_like(amax));
+  const at::Tensor codes = (grouped / scale).to(at::kFloat8_e4m3fn).view({B, H, groups * 16, D});
+  at::Tensor all_codes = at::zeros({B, H, S, D}, codes.options());
+  all_codes.narrow(2, first, rows).copy_(codes.narrow(2, 0, rows));
+  at::Tensor row_scale = at::ones({B, H, S}, amax.options());
+  const at::Tensor group_rows = scale.expand({B, H, groups, 16}).reshape({B, H, groups * 16});
+  row_scale.narrow(2, first, rows).copy_(group_rows.narrow(2, 0, rows));
+  return {all_codes, row_scale};
+}
 
 // All 256 codes decoded once; E4M3 -> float is exact.
 const std::array<float, 256>& e4m3_table() {
@@ -51,7 +72,8 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
                           const std::optional<at::Tensor>& q_scale_in, const at::Tensor& k_scale,
                           const at::Tensor& v_scale, const at::Tensor& out, const at::Tensor& lse, bool is_causal,
                           std::optional<double> scale, c10::string_view variant,
-                          const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment) {
+                          const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment,
+                          c10::string_view q_quantization) {
   const AttentionDims d = check_attention_inputs(q_in, k, v, q_scale_in, k_scale, v_scale, seqlens_k);
   check_attention_outputs(out, lse, q_in, d);
   const bool bottom_right = parse_causal_alignment(causal_alignment) == CausalAlignment::kBottomRight;
@@ -59,12 +81,20 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
               "' is not available on CPU: the CPU implementation (fp32, both tiers) accepts only variant='auto' or "
               "'fast'");
   const float softmax_scale = resolve_softmax_scale(scale, d.head_dim);
-  const auto [q, q_scale] = is_float_query(q_in) ? quantize_query(q_in, q_scale_in)
-                                                 : std::make_tuple(q_in, *q_scale_in);
+  const bool row_groups = parse_q_quantization(q_quantization, q_in, q_scale_in, d) == QueryQuantization::kPer16Rows;
   const at::Tensor lengths = seqlens_k.has_value() ? seqlens_k->contiguous() : at::Tensor();
+  // Codes of q and the scale of each of its rows [B, Hq, Sq].
+  const auto [q, q_row_scale] = [&]() -> std::tuple<at::Tensor, at::Tensor> {
+    if (row_groups) {
+      return quantize_query_rows(q_in, rows_before_first_key(d, is_causal, bottom_right, lengths.defined()));
+    }
+    const auto [codes, head_scale] = is_float_query(q_in) ? quantize_query(q_in, q_scale_in)
+                                                          : std::make_tuple(q_in, *q_scale_in);
+    return {codes, head_scale.unsqueeze(-1).expand({d.batch, d.heads_q, d.seqlen_q})};
+  }();
 
   const at::Tensor qf = decode_codes(q), kf = decode_codes(k), vf = decode_codes(v);
-  const at::Tensor qs = q_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
+  const at::Tensor qs = q_row_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
   at::Tensor out_f = at::empty(out.sizes(), out.options().dtype(at::kFloat));
   at::Tensor lse_f = at::empty(lse.sizes(), lse.options());
 
@@ -85,7 +115,7 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
       const float* q_row = q_ptr + r * D;
       const float* k_head = k_ptr + head_kv * Sk * D;
       const float* v_head = v_ptr + head_kv * Sk * D;
-      const float score_scale = qs_ptr[head_q] * ks_ptr[head_kv] * softmax_scale;
+      const float score_scale = qs_ptr[r] * ks_ptr[head_kv] * softmax_scale;
       const int64_t keys = lengths.defined() ? std::clamp<int64_t>(lengths_ptr[b], 0, Sk) : Sk;
       const int64_t visible = visible_keys(i, Sq, keys, is_causal, bottom_right);
       if (visible == 0) {  // a row that sees no key: 0, and the logsumexp of nothing

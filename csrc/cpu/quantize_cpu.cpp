@@ -49,6 +49,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {q8, qs, k8, ks, v8, vs};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_kv_cpu(const at::Tensor& k,
+                                                                               const at::Tensor& v) {
+  check_quantize_kv_inputs(k, v);
+  auto [k8, ks] = quantize_fp8_cpu(k, std::nullopt);
+  auto [v8, vs] = quantize_fp8_cpu(v, std::nullopt);
+  return {k8, ks, v8, vs};
+}
+
 // k's mean key per head in float32, and k minus it quantized as float32 values.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 quantize_fp8_qkv_smooth_k_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
@@ -64,6 +72,7 @@ quantize_fp8_qkv_smooth_k_cpu(const at::Tensor& q, const at::Tensor& k, const at
 TORCH_LIBRARY_IMPL(sdpa, CPU, m) {
   m.impl("quantize_fp8", &quantize_fp8_cpu);
   m.impl("quantize_fp8_qkv", &quantize_fp8_qkv_cpu);
+  m.impl("quantize_fp8_kv", &quantize_fp8_kv_cpu);
   m.impl("quantize_fp8_qkv_smooth_k", &quantize_fp8_qkv_smooth_k_cpu);
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -29,6 +30,17 @@ QueryType query_type(const at::Tensor& q) {
     default:
       return QueryType::kCodes;
   }
+}
+
+// Whether the Hopper kernels read x's rows as they are: 16-byte aligned, and no stride 0 on a dimension longer than 1
+// (where their TMA descriptors cannot step; x may be broadcast).
+bool hopper_readable_rows(const at::Tensor& x) {
+  const int64_t bytes = x.element_size();
+  bool readable = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
+  for (int dim = 0; dim < 3; ++dim) {
+    readable = readable && x.stride(dim) * bytes % 16 == 0 && (x.stride(dim) > 0 || x.size(dim) == 1);
+  }
+  return readable;
 }
 
 // q_scale is undefined for a q of values that the kernel quantizes with amax / 448.
@@ -105,21 +117,16 @@ int resolve_variant(c10::string_view variant, const AttentionParams& p, int sm) 
   return index;
 }
 
-// Bottom-right causal rows that see no key (Sq > Sk without seqlens_k: rows i < Sq - Sk) get 0 and an lse of -inf
-// here; the kernels then run on the other rows, whose alignment is top-left again. With seqlens_k only the decode
-// kernel runs, and it handles such rows per batch itself.
-int64_t rows_before_first_key(const AttentionDims& d, bool is_causal, bool bottom_right, bool has_seqlens) {
-  return is_causal && bottom_right && !has_seqlens ? std::max<int64_t>(0, d.seqlen_q - d.seqlen_k) : 0;
-}
-
 void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at::Tensor& v,
                            const std::optional<at::Tensor>& q_scale_in, const at::Tensor& k_scale,
                            const at::Tensor& v_scale, const at::Tensor& out_in, const at::Tensor& lse_in,
                            bool is_causal, std::optional<double> scale, c10::string_view variant,
-                           const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment) {
+                           const std::optional<at::Tensor>& seqlens_k, c10::string_view causal_alignment,
+                           c10::string_view q_quantization) {
   const AttentionDims d = check_attention_inputs(q_in, k, v, q_scale_in, k_scale, v_scale, seqlens_k);
   check_attention_outputs(out_in, lse_in, q_in, d);
   const bool bottom_right = parse_causal_alignment(causal_alignment) == CausalAlignment::kBottomRight;
+  const bool row_groups = parse_q_quantization(q_quantization, q_in, q_scale_in, d) == QueryQuantization::kPer16Rows;
   TORCH_CHECK(d.seqlen_q <= INT_MAX / 16 && d.seqlen_k <= INT_MAX / 16 && d.batch * d.heads_q * d.seqlen_q <= INT_MAX,
               "q and k: B * Hq * Sq and Sk must fit the kernel's 32-bit indexing, got q ", q_in.sizes(), " and k ",
               k.sizes());
@@ -130,13 +137,16 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
   at::Tensor out = out_in, lse = lse_in;
   if (const int64_t hidden = rows_before_first_key(d, is_causal, bottom_right, lengths.defined()); hidden > 0) {
     // Quantized first, so that the scale of q is that of the whole head, as quantize_fp8 gives it.
-    if (is_float_query(q)) std::tie(q, q_scale) = quantize_query(q, q_scale_in);
+    if (is_float_query(q) && !row_groups) std::tie(q, q_scale) = quantize_query(q, q_scale_in);
     out.narrow(2, 0, hidden).zero_();
     lse.narrow(2, 0, hidden).fill_(-std::numeric_limits<float>::infinity());
     q = q.narrow(2, hidden, d.seqlen_k);
     out = out.narrow(2, hidden, d.seqlen_k);
     lse = lse.narrow(2, hidden, d.seqlen_k);
   }
+  // The kernels that quantize q's rows read them by 16-byte loads (and, in auto's choice, take only rows a TMA
+  // descriptor steps over): other rows are copied.
+  if (row_groups && !hopper_readable_rows(q)) q = q.clone(at::MemoryFormat::Contiguous);
   const at::Tensor ks = k_scale.contiguous(), vs = v_scale.contiguous();
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const int sm = prop->major * 10 + prop->minor;
@@ -144,6 +154,7 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
     AttentionParams p =
         make_params(q, k, v, q_scale, ks, vs, out, lse, lengths, is_causal, bottom_right, softmax_scale);
     p.overlap_launch = sm >= 90;
+    p.q_row_groups = row_groups && is_float_query(q);
     return p;
   };
   AttentionParams p = params();
@@ -152,6 +163,8 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
               "seqlens_k needs the decode kernel, which needs k and v rows aligned to 16 bytes (data_ptr and "
               "batch/head/row strides multiples of 16 bytes)");
   if (p.q_type != QueryType::kCodes && !attention_variant_quantizes_q(index, p)) {
+    TORCH_CHECK(!row_groups, "variant '", attention_variant_name(index), "' does not quantize q itself: "
+                "q_quantization='per_16_rows' needs a Hopper kernel (wgmma*, sm_90) or decode (up to 16 query rows)");
     std::tie(q, q_scale) = quantize_query(q, q_scale_in);
     p = params();
   }

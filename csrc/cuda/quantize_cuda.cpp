@@ -138,6 +138,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   return {codes[0], scales[0], codes[1], scales[1], codes[2], scales[2]};
 }
 
+// k and v without q, for a q that the attention kernel quantizes itself (fp8_forward's q_quantization).
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_kv_cuda(const at::Tensor& k,
+                                                                                const at::Tensor& v) {
+  check_quantize_kv_inputs(k, v);
+  const at::Tensor inputs[2] = {k, v};
+  at::Tensor codes[2], scales[2];
+  quantize_heads_of(inputs, 2, codes, scales);
+  return {codes[0], scales[0], codes[1], scales[1]};
+}
+
 // Whether the kernels smooth rows as long as x's: a power of two up to 32 16-byte vectors (smoothable_row).
 bool smoothable_width(const at::Tensor& x) {
   const int64_t bytes = x.size(3) * x.element_size();
@@ -172,6 +182,7 @@ quantize_fp8_qkv_smooth_k_cuda(const at::Tensor& q, const at::Tensor& k, const a
 TORCH_LIBRARY_IMPL(sdpa, CUDA, m) {
   m.impl("quantize_fp8", &quantize_fp8_cuda);
   m.impl("quantize_fp8_qkv", &quantize_fp8_qkv_cuda);
+  m.impl("quantize_fp8_kv", &quantize_fp8_kv_cuda);
   m.impl("quantize_fp8_qkv_smooth_k", &quantize_fp8_qkv_smooth_k_cuda);
 }
 

@@ -33,7 +33,8 @@ from transformers.masking_utils import causal_mask_function, prepare_padding_mas
 from transformers.utils.import_utils import is_cuda_stream_capturing
 
 from sdpa_ext import ops
-from sdpa_ext.attention import KERNEL_HEAD_DIMS, SUPPORTED_DTYPES, scaled_dot_product_attention
+from sdpa_ext.attention import (KERNEL_HEAD_DIMS, SUPPORTED_DTYPES, kernel_quantizes_query,
+                                 scaled_dot_product_attention)
 from sdpa_ext.kv_cache import FP8KVCache
 from sdpa_ext.quant import dequantize_fp8
 
@@ -263,11 +264,14 @@ def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_
         out = scaled_dot_product_attention(query, key, value, attn_mask=chunk_mask, is_causal=causal and not chunk,
                                            scale=scaling, enable_gqa=True)
     else:
-        # Views that span the capacity (captured decode steps) end at each sequence's length on the device.
+        # Views that span the capacity (captured decode steps) end at each sequence's length on the device. Without
+        # lengths a prefill's q is quantized per 16 rows by the kernel, as the drop-in's (only decode takes lengths).
         lengths = layer.kv.lengths if key.size(2) != layer.kv.rows_written else None
+        by_rows = lengths is None and kernel_quantizes_query(query, query.size(-1), "auto", smooth_keys=False)
         out, _ = ops.fp8_forward(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, is_causal=causal,
                                  scale=scaling, out_dtype=query.dtype, seqlens_k=lengths,
-                                 causal_alignment="bottom_right")
+                                 causal_alignment="bottom_right",
+                                 q_quantization="per_16_rows" if by_rows else "per_head")
     return out.transpose(1, 2).contiguous()
 
 

@@ -4,6 +4,7 @@
 
 #include <cfloat>
 
+#include "../quantize/encode.cuh"
 #include "attention_common.cuh"
 #include "ptx.cuh"
 
@@ -18,10 +19,27 @@ struct ScoreScale {
   bool flip_q;
   __device__ explicit ScoreScale(float product)
       : log2_units(fmaxf(fabsf(product * kLog2e), FLT_MIN)), flip_q(product < 0.0f) {}
-  // The scale of one head: q_scale * k_scale * softmax_scale.
+  // The scale of one head, or of a group of its query rows: q_scale * k_scale * softmax_scale.
+  __device__ ScoreScale(const AttentionParams& p, const HeadCoords& c, float q_scale)
+      : ScoreScale(q_scale * p.k_scale[c.batch * p.heads_kv + c.head_kv] * p.softmax_scale) {}
+  // The head's q_scale. (Where the kernel quantizes q rows itself, p.q_row_groups, there is none: the callers take
+  // q_scale 1 until the rows' scale is known, whose sign every group's scale shares.)
   __device__ ScoreScale(const AttentionParams& p, const HeadCoords& c)
-      : ScoreScale(p.q_scale[c.batch * p.heads_q + c.head_q] * p.k_scale[c.batch * p.heads_kv + c.head_kv] *
-                   p.softmax_scale) {}
+      : ScoreScale(p, c, p.q_scale[c.batch * p.heads_q + c.head_q]) {}
+};
+
+// Where a warp's Q fragments come from (FragmentRows::load_q_words): E4M3 codes, rows row_stride bytes apart (the
+// decode kernel's staged rows)...
+struct QueryCodes {
+  const uint8_t* head;
+  int64_t row_stride;
+  int seqlen_q;
+};
+// ... or the q of an attention call at head c: its codes, or with p.q_row_groups its fp16 / bf16 values, which the
+// warp quantizes itself (FragmentRows::quantize_q_chunks).
+struct CallQuery {
+  const AttentionParams& p;
+  const HeadCoords& c;
 };
 
 // The causal offset, read where it is used (tied to key0): hoisted out of the key loop, it held a register that
@@ -209,12 +227,18 @@ __device__ __forceinline__ bool output_rows_16_byte_aligned(const AttentionParam
 // their Q fragments and the Q K^T / P V products around `scores_to_probabilities` (or `probabilities` and
 // `rescale_rows`, where a P V may still run during the softmax). Softmax is RowSoftmax, or for P cast to E4M3 a
 // ScaledRowSoftmax.
-template <int kOTiles, class Softmax = RowSoftmax>
+template <int kOTiles, class Softmax = RowSoftmax, bool kRowGroups = false>
 struct FragmentRows {
   float o[kOTiles][4] = {};  // O accumulators (unnormalized, in V-code units)
   Softmax softmax[2];        // rows g and g + 8; `sum` is this lane's partial sum until finish_rows
   int row[2];                // query indices of rows g and g + 8
   float score_scale;         // |q_scale * k_scale * softmax_scale| * log2(e), see ScoreScale
+  // kRowGroups: the instantiation for a q of 16-bit values that the warp quantizes itself (p.q_row_groups; the
+  // Hopper kernels at head dims up to 128: attention_variant_quantizes_q). A separate instantiation, so that the
+  // others keep their code: with a branch on p.q_row_groups in every kernel, `fp8_split` at 1x8x512x64 took 4.72
+  // against 4.45 us, `wgmma_fp8+fp8_pv` at 4x16x2048x128 184.5 against 181.2 (H100, graph us, three rounds each).
+  static constexpr bool kQuantizesRows = kRowGroups;
+  static_assert(!kRowGroups || kOTiles * 8 <= 128, "q row groups at head dims up to 128");
 
   // The warp's first query row, derived rather than kept: `wgmma_m192`'s consumers spilled with it in a register.
   __device__ int first_row(int lane) const { return row[0] - lane / 4; }
@@ -224,18 +248,17 @@ struct FragmentRows {
   __device__ bool start(const AttentionParams& p, const HeadCoords& c, int row0, int warp, int lane) {
     row[0] = row0 + warp * 16 + lane / 4;
     row[1] = row[0] + 8;
-    const ScoreScale scale(p, c);
+    const ScoreScale scale = kQuantizesRows ? ScoreScale(p, c, 1.0f) : ScoreScale(p, c);
     score_scale = scale.log2_units;
     return scale.flip_q;
   }
 
   // The fp16 A fragments (m16n8k16) of the warp's 16 rows of Q, decoded from E4M3 codes with the sign flipped
   // when flip_sign; rows past seqlen_q read as 0.
-  template <int kKSteps>
-  __device__ void load_half_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
-                              bool flip_sign, int lane) const {
+  template <int kKSteps, class Query>
+  __device__ void load_half_q(uint32_t (&q)[kKSteps][4], const Query& query, bool flip_sign, int lane) {
     uint32_t codes[kKSteps][2];
-    load_half_q_codes(codes, q_head, row_stride, seqlen_q, flip_sign, lane);
+    load_half_q_codes(codes, query, flip_sign, lane);
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) half_q_fragment(codes[ks], q[ks]);
   }
@@ -244,10 +267,9 @@ struct FragmentRows {
   // holds row g (r = 0) or g + 8 (r = 1) of k16 step ks, dims 2c, 2c + 1 in its low and 2c + 8, 2c + 9 in its high
   // half, so that half_q_fragment makes the four fp16 registers with one conversion each; signs flipped when
   // flip_sign; rows past seqlen_q read as 0, and are not read.
-  template <int kKSteps>
-  __device__ void load_half_q_codes(uint32_t (&q)[kKSteps][2], const uint8_t* q_head, int64_t row_stride,
-                                    int seqlen_q, bool flip_sign, int lane) const {
-    load_q_words(q, q_head, row_stride, seqlen_q, flip_sign, lane, [](const uint4& chunk, int c) {
+  template <int kKSteps, class Query>
+  __device__ void load_half_q_codes(uint32_t (&q)[kKSteps][2], const Query& query, bool flip_sign, int lane) {
+    load_q_words(q, query, flip_sign, lane, [](const uint4& chunk, int c) {
       // Halfwords c and c + 4 of the chunk (words c / 2 and 2 + c / 2).
       return __byte_perm(c < 2 ? chunk.x : chunk.y, c < 2 ? chunk.z : chunk.w, c % 2 ? 0x7632 : 0x5410);
     });
@@ -256,11 +278,10 @@ struct FragmentRows {
   // The E4M3 A fragments of the warp's 16 rows of Q for k32 steps (mma.sync m16n8k32, and wgmma's register
   // operand, which lays out each warp's 16 rows the same way): regs 0/1 rows g/g+8 at dims 4c..4c+3, regs 2/3 at
   // +16; the sign of every code flipped when flip_sign; rows past seqlen_q read as 0.
-  template <int kKSteps>
-  __device__ void load_code_q(uint32_t (&q)[kKSteps][4], const uint8_t* q_head, int64_t row_stride, int seqlen_q,
-                              bool flip_sign, int lane) const {
+  template <int kKSteps, class Query>
+  __device__ void load_code_q(uint32_t (&q)[kKSteps][4], const Query& query, bool flip_sign, int lane) {
     uint32_t words[2 * kKSteps][2];
-    load_q_words(words, q_head, row_stride, seqlen_q, flip_sign, lane, [](const uint4& chunk, int c) {
+    load_q_words(words, query, flip_sign, lane, [](const uint4& chunk, int c) {
       return c == 0 ? chunk.x : c == 1 ? chunk.y : c == 2 ? chunk.z : chunk.w;  // word c: dims 4c .. 4c + 3
     });
 #pragma unroll
@@ -272,31 +293,14 @@ struct FragmentRows {
 
   // The word that lane c of the quad needs of each 16-code chunk of its two rows: words[k][r] = pick(chunk k of
   // row[r], c), where chunk k holds dims 16 k ... 16 k + 15; signs flipped when flip_sign, rows past seqlen_q zero
-  // and not read. The lanes of a quad share their rows, so lane c loads chunks c, c + 4, ... with 16-byte loads (a
-  // warp's load takes 64 contiguous bytes of each of its 8 rows), picks every quad lane's word out of each and
-  // trades them over the quad (transpose_quad). Every variant that loads Q here needs 16-byte aligned rows
-  // (attention_dispatch.cu). Loading each word where it is needed took 2- or 4-byte loads, 8 rows apart per warp
-  // instruction. At 4x16x2048x128 (H200, clock64 stamps, medians over the blocks after the first wave) the 32
-  // two-byte loads per thread of `wgmma+predecode` had Q in registers 3.2k cycles after its consumers started, its
-  // first K tile having landed before; now 2.0k. SM cycles of the attention kernel (base clock): 365.0k -> 362.1k,
-  // causal (`wgmma`) 227.0k -> 220.7k.
-  template <int kChunks, class Pick>
-  __device__ void load_q_words(uint32_t (&words)[kChunks][2], const uint8_t* q_head, int64_t row_stride,
-                               int seqlen_q, bool flip_sign, int lane, Pick pick) const {
+  // and not read. The lanes of a quad share their rows, so lane c takes chunks c, c + 4, ... (fetch_q_chunks),
+  // picks every quad lane's word out of each and trades them over the quad (transpose_quad).
+  template <int kChunks, class Query, class Pick>
+  __device__ void load_q_words(uint32_t (&words)[kChunks][2], const Query& query, bool flip_sign, int lane,
+                               Pick pick) {
     static_assert(kChunks % 4 == 0, "whole quads of chunks");
-    const uint32_t sign = flip_sign ? 0x80808080u : 0u;
     uint4 chunks[kChunks / 4][2];
-#pragma unroll
-    for (int j = 0; j < kChunks / 4; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        chunks[j][r] = make_uint4(0u, 0u, 0u, 0u);
-        if (row[r] < seqlen_q) {
-          const uint4 c = *reinterpret_cast<const uint4*>(q_head + row[r] * row_stride + 16 * (4 * j + lane % 4));
-          chunks[j][r] = make_uint4(c.x ^ sign, c.y ^ sign, c.z ^ sign, c.w ^ sign);
-        }
-      }
-    }
+    fetch_q_chunks(chunks, query, flip_sign ? 0x80808080u : 0u, lane);
 #pragma unroll
     for (int j = 0; j < kChunks / 4; ++j) {
 #pragma unroll
@@ -307,6 +311,85 @@ struct FragmentRows {
         transpose_quad(w, lane);  // now w[k] is this lane's word of chunk 4 j + k
 #pragma unroll
         for (int k = 0; k < 4; ++k) words[4 * j + k][r] = w[k];
+      }
+    }
+  }
+
+  // chunks[j][r]: the 16 codes of chunk 4 j + lane % 4 of row[r], XOR sign, with 16-byte loads (a warp's load takes
+  // 64 contiguous bytes of each of its 8 rows). Every variant that loads Q here needs 16-byte aligned rows
+  // (attention_dispatch.cu). Loading each word where it is needed took 2- or 4-byte loads, 8 rows apart per warp
+  // instruction. At 4x16x2048x128 (H200, clock64 stamps, medians over the blocks after the first wave) the 32
+  // two-byte loads per thread of `wgmma+predecode` had Q in registers 3.2k cycles after its consumers started, its
+  // first K tile having landed before; now 2.0k. SM cycles of the attention kernel (base clock): 365.0k -> 362.1k,
+  // causal (`wgmma`) 227.0k -> 220.7k.
+  template <int kSets>
+  __device__ void fetch_q_chunks(uint4 (&chunks)[kSets][2], const QueryCodes& q, uint32_t sign, int lane) const {
+#pragma unroll
+    for (int j = 0; j < kSets; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        chunks[j][r] = make_uint4(0u, 0u, 0u, 0u);
+        if (row[r] < q.seqlen_q) {
+          const uint4 c = *reinterpret_cast<const uint4*>(q.head + row[r] * q.row_stride + 16 * (4 * j + lane % 4));
+          chunks[j][r] = make_uint4(c.x ^ sign, c.y ^ sign, c.z ^ sign, c.w ^ sign);
+        }
+      }
+    }
+  }
+  template <int kSets>
+  __device__ void fetch_q_chunks(uint4 (&chunks)[kSets][2], const CallQuery& q, uint32_t sign, int lane) {
+    if constexpr (!kQuantizesRows) {
+      fetch_q_chunks(chunks, QueryCodes{q_head(q.p, q.c), q.p.q_row_stride, q.p.seqlen_q}, sign, lane);
+    } else if (q.p.q_type == QueryType::kBFloat16) {
+      quantize_q_chunks<__nv_bfloat16>(chunks, q.p, q.c, sign, lane);
+    } else {
+      quantize_q_chunks<__half>(chunks, q.p, q.c, sign, lane);
+    }
+  }
+
+  // The chunks of fetch_q_chunks from 16-bit values (p.q_row_groups), quantized with the scale of the warp's 16
+  // rows, amax / 448 exactly as quantize_fp8 takes it of a head, which score_scale then includes. The quad lanes
+  // read each row whole and the warp holds its 16 rows, so one warp max gives the amax. The values are held from
+  // their load to their encode (32 registers at D = 128), before the key loop needs its registers.
+  template <typename T, int kSets>
+  __device__ void quantize_q_chunks(uint4 (&chunks)[kSets][2], const AttentionParams& p, const HeadCoords& c,
+                                    uint32_t sign, int lane) {
+    const T* head = reinterpret_cast<const T*>(p.q) + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
+    uint4 raw[kSets][2][2];  // values 8 h ... 8 h + 7 of chunk 4 j + lane % 4 of row[r]; 0 past seqlen_q
+#pragma unroll
+    for (int j = 0; j < kSets; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const T* src = head + row[r] * p.q_row_stride + 16 * (4 * j + lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          raw[j][r][h] = row[r] < p.seqlen_q ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSets; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) amax = fmaxf(amax, vector_amax<T>(raw[j][i / 2][i % 2]));
+    }
+    const float scale = scale_from_amax(group_max<32>(amax));
+    score_scale = ScoreScale(p, c, scale).log2_units;
+    const E4m3Divisor divisor(scale, /*bounds_values=*/true);
+#pragma unroll
+    for (int j = 0; j < kSets; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        uint32_t codes[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const T* values = reinterpret_cast<const T*>(&raw[j][r][h]);
+          float x[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) x[e] = to_float(values[e]);
+          divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
+        }
+        chunks[j][r] = make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
       }
     }
   }

@@ -17,8 +17,9 @@ enum class OutputType : int { kFloat16 = 0, kBFloat16 = 1 };
 // Head dims: every variant takes 64 and 128; the scalar, mma.sync and decode families also take kWideHeadDim.
 constexpr int kWideHeadDim = 256;
 
-// How q reaches the kernel: E4M3 codes with q_scale, or values that the kernel quantizes per head itself (only the
-// decode variant; the host quantizes q for every other variant).
+// How q reaches the kernel: E4M3 codes with q_scale, or values that the kernel quantizes itself: per head (only the
+// decode variant; the host quantizes q for every other variant) or, with q_row_groups, fp16 / bf16 values in groups
+// of 16 rows (the Hopper kernels; attention_variant_quantizes_q).
 enum class QueryType : int { kCodes = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
 
 // One attention call. Strides are in elements (one byte for E4M3 codes); the last dim is contiguous.
@@ -49,6 +50,9 @@ struct AttentionParams {
   int causal_offset;
   bool causal_bottom_right;
   QueryType q_type;
+  // q of fp16 / bf16 values quantized by the kernel with one scale per 16 rows of a head, rows 16 g ... 16 g + 15
+  // (q_quantization="per_16_rows"): amax / 448 of those rows, exactly as quantize_fp8 takes it of a head.
+  bool q_row_groups;
   bool overlap_launch;  // programmatic dependent launch allowed (sm_90): see launch_overlapping
   OutputType out_type;
 };

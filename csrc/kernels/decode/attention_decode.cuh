@@ -121,7 +121,7 @@ struct DecodeWarp : DecodeRows<Cfg::kHeadDim> {
                         const float* row_scale, int row_group, int lane) {
     this->set_rows(p, blk, row_scale, row_group, lane);
     uint32_t codes[kD / 32][4];
-    this->load_code_q(codes, stage, kD, Cfg::kBlockM, /*flip_sign=*/false, lane);
+    this->load_code_q(codes, QueryCodes{stage, kD, Cfg::kBlockM}, /*flip_sign=*/false, lane);
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) q[ks].set(codes[ks]);
   }

@@ -129,7 +129,7 @@ struct DecodeWarpgroup : DecodeRows<Cfg::kHeadDim> {
   __device__ void start(const AttentionParams& p, const DecodeBlock& blk, const uint8_t* stage,
                         const float* row_scale, int lane) {
     this->set_rows(p, blk, row_scale, threadIdx.x / 32, lane);
-    this->load_half_q(q, stage, kD, Cfg::kBlockM, /*flip_sign=*/false, lane);
+    this->load_half_q(q, QueryCodes{stage, kD, Cfg::kBlockM}, /*flip_sign=*/false, lane);
   }
 
   // The block's key loop over `tiles` tiles of the ring, whose first kStages - 1 the caller has issued (the last

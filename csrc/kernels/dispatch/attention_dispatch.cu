@@ -170,12 +170,14 @@ const char* wide_head_variant_name(const AttentionParams& p, int sm) {
   return sm == 90 ? "wgmma+predecode" : "pipe3+swizzle";
 }
 
+// A q whose rows the kernel quantizes (q_row_groups) takes a Hopper kernel on sm_90, the only ones that do besides
+// decode: the drop-in asks for it from 4 MB of q, where their blocks fill the GPU but for short keys and few heads.
 const char* auto_variant_name(const AttentionParams& p, int sm) {
   if (p.head_dim == kWideHeadDim) return wide_head_variant_name(p, sm);
   if (decode_pays(p)) return decode_variant_name(p, sm);
-  if (sm == 90 && (p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
+  if (sm == 90 && (p.q_row_groups || p.seqlen_k >= 1024 || hopper_blocks_fill_gpu(p))) {
     const int sms = multiprocessor_count();  // 0 when the runtime cannot say
-    if (!split_fits_one_wave(p, sms)) {
+    if (p.q_row_groups || !split_fits_one_wave(p, sms)) {
       return predecode_pays(p) ? "wgmma+predecode" : three_groups_pay(p, sms) ? "wgmma_m192" : "wgmma";
     }
   }
@@ -223,15 +225,21 @@ bool attention_variant_takes_head_dim(int variant, int head_dim) {
   return head_dim == 64 || head_dim == 128 || head_dim == kVariants[variant].max_head_dim;
 }
 
-// The decode kernel stages the q rows of a block and takes the amax of its heads itself: heads of up to 16 rows.
+// The decode kernel stages the q rows of a block and takes the amax of its heads itself: heads of up to 16 rows,
+// which are also one group of 16 rows (q_row_groups). The Hopper kernels (wgmma*) quantize each warp's 16 rows
+// themselves at head dims up to 128, in instantiations of their own (WgmmaConfig::kQuantizesQRows); the others take
+// q per head only, and keep their code as it was (FragmentRows' kRowGroups).
 bool attention_variant_quantizes_q(int variant, const AttentionParams& p) {
-  return kVariants[variant].decode && p.seqlen_q <= 16;
+  if (kVariants[variant].decode) return p.seqlen_q <= 16;
+  return p.q_row_groups && p.head_dim <= 128 && std::strncmp(kVariants[variant].name, "wgmma", 5) == 0;
 }
 
 bool attention_variant_aligned(int variant, const AttentionParams& p) {
-  // A q of values (QueryType) reaches a kernel only as decode's, which reads it element by element.
-  const bool q_aligned =
-      p.q_type != QueryType::kCodes || rows_aligned(p.q, p.q_batch_stride, p.q_head_stride, p.q_row_stride);
+  // A q of values reaches a kernel as decode's, which reads it element by element, or as 16-bit values in rows of
+  // 16-byte loads (q_row_groups: the Hopper kernels).
+  const int64_t q_bytes = p.q_type == QueryType::kCodes ? 1 : p.q_row_groups && !kVariants[variant].decode ? 2 : 0;
+  const bool q_aligned = q_bytes == 0 || rows_aligned(p.q, q_bytes * p.q_batch_stride, q_bytes * p.q_head_stride,
+                                                     q_bytes * p.q_row_stride);
   const bool aligned = !kVariants[variant].needs_aligned_rows ||
                        (q_aligned &&
                         rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&

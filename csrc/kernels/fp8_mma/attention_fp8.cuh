@@ -50,9 +50,9 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax>
   using Base::softmax;
   E4m3Fragment q[kD / 32];  // A fragments of Q (load_code_q)
 
-  __device__ void load_q(const uint8_t* q_head, int64_t row_stride, int seqlen_q, bool flip_sign, int lane) {
+  __device__ void load_q(const AttentionParams& p, const HeadCoords& c, bool flip_sign, int lane) {
     uint32_t codes[kD / 32][4];
-    this->load_code_q(codes, q_head, row_stride, seqlen_q, flip_sign, lane);
+    this->load_code_q(codes, CallQuery{p, c}, flip_sign, lane);
 #pragma unroll
     for (int ks = 0; ks < kD / 32; ++ks) q[ks].set(codes[ks]);
   }
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kFp8Output ? 1 : 0)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   Fp8WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, warp, lane);
-  w.load_q(q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+  w.load_q(p, c, flip_q, lane);
 
   for (int tile = 0; tile < tiles; ++tile) {
     __syncthreads();  // every warp is done with the slot the next issue overwrites

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_fp8_split_kernel(c
 
   Fp8WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, group, lane);
-  w.load_q(q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+  w.load_q(p, c, flip_q, lane);
   run_key_group_rounds<Cfg>(tiles, first, last, ring, split_barrier, Cfg::kSplitThreads,
                             issue, [&](const uint8_t* slot, int tile) {
                               w.consume(slot, slot + Cfg::kTileBytes, tile * Cfg::kBlockN, p, lane);

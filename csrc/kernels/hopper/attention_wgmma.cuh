@@ -62,9 +62,14 @@
 namespace sdpa {
 
 template <int kHeadDim_, bool kFp8Scores_, bool kPredecoded_ = false, int kConsumerGroups_ = 2,
-          bool kFp8Output_ = false, bool kValuesByPass_ = false>
+          bool kFp8Output_ = false, bool kValuesByPass_ = false, bool kQuantizesQRows_ = false>
 struct WgmmaConfig {
   static constexpr int kHeadDim = kHeadDim_;
+  // q of 16-bit values quantized by the consumers, a scale per 16 rows (p.q_row_groups; FragmentRows' kRowGroups,
+  // quantize_q_tile); launch_wgmma_config takes this instantiation where p asks for it.
+  static constexpr bool kQuantizesQRows = kQuantizesQRows_;
+  using QuantizingQRows =
+      WgmmaConfig<kHeadDim_, kFp8Scores_, kPredecoded_, kConsumerGroups_, kFp8Output_, kValuesByPass_, true>;
   static constexpr bool kFp8Scores = kFp8Scores_;
   // wgmma_fp8+fp8_pv: O += P V by e4m3 wgmma as well, on P cast to E4M3 and on V codes that the producers
   // transpose into the K-major B operand (transpose_v_tile) instead of decoding V to fp16. P is scaled by 2^4
@@ -514,37 +519,90 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
   }
 }
 
+// decode_q_tile for a q of 16-bit values (p.q_row_groups): each consumer warp takes the amax of the 16 rows it
+// attends (consume_tiles: rows 16 w of the job, or of its 64 rows in a split unit) and returns their scale,
+// amax / 448, as FragmentRows::quantize_q_chunks does for Q in registers; the warp whose index they are encodes
+// them (the values held from their load to their encode) and decodes the codes into the tile.
+template <class Cfg, typename T>
+__device__ float quantize_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p, const WgmmaJob& job,
+                                 uint32_t sign, int rows) {
+  constexpr int kChunksPerRow = Cfg::kHeadDim / 16, kLaneChunks = 16 * kChunksPerRow / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, group = warp % (rows / 16);
+  const T* head = reinterpret_cast<const T*>(p.q) + job.c.batch * p.q_batch_stride + job.c.head_q * p.q_head_stride;
+  auto row_of = [&](int i) { return 16 * group + (lane + 32 * i) / kChunksPerRow; };
+  auto col_of = [&](int i) { return (lane + 32 * i) % kChunksPerRow * 16; };
+  uint4 raw[kLaneChunks][2];  // the 16 values of each of the lane's chunks; 0 past seqlen_q
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    const bool real = job.row0 + row_of(i) < p.seqlen_q;
+    const T* src = head + (job.row0 + row_of(i)) * p.q_row_stride + col_of(i);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      raw[i][h] = real ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
+      amax = fmaxf(amax, vector_amax<T>(raw[i][h]));
+    }
+  }
+  const float scale = scale_from_amax(group_max<32>(amax));
+  if (group != warp) return scale;
+  const E4m3Divisor divisor(scale, /*bounds_values=*/true);
+#pragma unroll
+  for (int i = 0; i < kLaneChunks; ++i) {
+    uint32_t codes[4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const T* values = reinterpret_cast<const T*>(&raw[i][h]);
+      float x[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) x[e] = to_float(values[e]);
+      divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
+    }
+    const uint4 flipped = make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
+    store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row_of(i), col_of(i), flipped);
+  }
+  return scale;
+}
+
 // The job's Q rows as an fp16 tile (HalfPanelLayout, signs flipped for a negative scale, rows past seqlen_q zero)
 // for three consumer groups or D = 256 (kQInSmem), decoded by the consumers 16 codes at a time while the producers
 // wait for the first tile; barrier 0 then holds the consumers until the tile is complete. (Decoded by the whole
-// block before the producers started: 158.7 against 154 us at 4x16x2048x64, H200.)
+// block before the producers started: 158.7 against 154 us at 4x16x2048x64, H200.) With kQuantizesQRows quantized
+// from values instead (quantize_q_tile); returns the scale of the calling warp's rows then, else 1.
 template <class Cfg>
-__device__ __forceinline__ void decode_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
-                                              const WgmmaJob& job) {
+__device__ __forceinline__ float decode_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p,
+                                               const WgmmaJob& job) {
   constexpr int kChunksPerRow = Cfg::kHeadDim / 16;
   const int rows = job.split ? 64 : Cfg::kBlockM;
-  const uint32_t sign = ScoreScale(p, job.c).flip_q ? 0x80808080u : 0u;
-  const uint8_t* q = q_head(p, job.c);
-  for (int chunk = threadIdx.x; chunk < rows * kChunksPerRow; chunk += Cfg::kConsumerThreads) {
-    const int row = chunk / kChunksPerRow, col = chunk % kChunksPerRow * 16;
-    uint4 codes = make_uint4(0, 0, 0, 0);
-    if (job.row0 + row < p.seqlen_q) {
-      codes = *reinterpret_cast<const uint4*>(q + (job.row0 + row) * p.q_row_stride + col);
-      codes = make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
+  float rows_scale = 1.0f;
+  if constexpr (Cfg::kQuantizesQRows) {
+    const uint32_t sign = ScoreScale(p, job.c, 1.0f).flip_q ? 0x80808080u : 0u;
+    rows_scale = p.q_type == QueryType::kBFloat16 ? quantize_q_tile<Cfg, __nv_bfloat16>(smem, p, job, sign, rows)
+                                                  : quantize_q_tile<Cfg, __half>(smem, p, job, sign, rows);
+  } else {
+    const uint32_t sign = ScoreScale(p, job.c).flip_q ? 0x80808080u : 0u;
+    const uint8_t* q = q_head(p, job.c);
+    for (int chunk = threadIdx.x; chunk < rows * kChunksPerRow; chunk += Cfg::kConsumerThreads) {
+      const int row = chunk / kChunksPerRow, col = chunk % kChunksPerRow * 16;
+      uint4 codes = make_uint4(0, 0, 0, 0);
+      if (job.row0 + row < p.seqlen_q) {
+        codes = *reinterpret_cast<const uint4*>(q + (job.row0 + row) * p.q_row_stride + col);
+        codes = make_uint4(codes.x ^ sign, codes.y ^ sign, codes.z ^ sign, codes.w ^ sign);
+      }
+      store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row, col, codes);
     }
-    store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row, col, codes);
   }
   fence_proxy_async();  // this thread's st.shared of the tile before wgmma reads it
   barrier_sync(0, Cfg::kConsumerThreads);
+  return rows_scale;
 }
 
 // One warp of a consumer warpgroup: its 16 query rows of the group's 64 (the softmax state of FragmentRows).
 template <class Cfg>
-struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax> {
+struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax, Cfg::kQuantizesQRows> {
   static constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   static constexpr int kQSteps = Cfg::kFp8Scores ? kD / 32 : kD / 16;  // k32 steps of codes or k16 of fp16
   static constexpr int kQWords = Cfg::kQCodesForHalves ? 2 : 4;
-  using FragmentRows<kD / 8, typename Cfg::Softmax>::o;
+  using FragmentRows<kD / 8, typename Cfg::Softmax, Cfg::kQuantizesQRows>::o;
   // The warp's 16 rows of Q: A fragments of E4M3 codes (wgmma_fp8) or fp16 (wgmma), or with kQCodesForHalves the
   // codes of the fp16 fragments (load_half_q_codes), converted into q_halves before each Q K^T.
   struct NoFragments {};
@@ -570,11 +628,11 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
     if constexpr (Cfg::kQInSmem) {
       return;  // decoded into shared memory by the consumers (decode_q_tile)
     } else if constexpr (Cfg::kFp8Scores) {
-      this->load_code_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+      this->load_code_q(q, CallQuery{p, c}, flip_q, lane);
     } else if constexpr (Cfg::kQCodesForHalves) {
-      this->load_half_q_codes(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+      this->load_half_q_codes(q, CallQuery{p, c}, flip_q, lane);
     } else {
-      this->load_half_q(q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+      this->load_half_q(q, CallQuery{p, c}, flip_q, lane);
     }
   }
 
@@ -758,8 +816,13 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   const HeadCoords& c = job.c;
   const bool split = Cfg::kSplitTail && job.split;
   const int q_row0 = split ? 0 : 64 * group;  // the group's rows in the job's
+  // kQInSmem with kQuantizesQRows: the job's Q tile, and the scale of the warp's rows in it (without, the kernel
+  // decodes the tile before it calls this).
+  float q_rows_scale = 1.0f;
+  if constexpr (Cfg::kQInSmem && Cfg::kQuantizesQRows) q_rows_scale = decode_q_tile<Cfg>(smem, p, job);
   WarpgroupAttention<Cfg> w;
   w.set_q(p, c, w.start(p, c, job.row0 + q_row0, warp % 4, lane), lane);
+  if constexpr (Cfg::kQInSmem && Cfg::kQuantizesQRows) w.score_scale = ScoreScale(p, c, q_rows_scale).log2_units;
   w.set_descriptors(smem, q_row0);
   if constexpr (Cfg::kSplitTail) {
     if (split) {
@@ -928,7 +991,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     }
   } else {
     setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    if constexpr (Cfg::kQInSmem) decode_q_tile<Cfg>(smem, p, job);
+    if constexpr (Cfg::kQInSmem && !Cfg::kQuantizesQRows) decode_q_tile<Cfg>(smem, p, job);
     consume_tiles<Cfg, OutT>(smem, p, job, tiles);
   }
 #else
@@ -956,6 +1019,9 @@ int64_t split_tail_from(const AttentionParams& p, int64_t blocks, int groups, in
 
 template <class Cfg, typename OutT>
 cudaError_t launch_wgmma_config(const AttentionParams& p, cudaStream_t stream) {
+  if constexpr (!Cfg::kQuantizesQRows && Cfg::kHeadDim <= 128) {
+    if (p.q_row_groups) return launch_wgmma_config<typename Cfg::QuantizingQRows, OutT>(p, stream);
+  }
   constexpr bool kPredecoded = Cfg::kPredecoded;
   constexpr ValuesMap kValues = Cfg::kValuesByPass ? ValuesMap::kTransposed
                                 : Cfg::kFp8Output  ? ValuesMap::kSwizzled

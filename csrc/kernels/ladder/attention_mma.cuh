@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_mma_kernel(const A
   }
   WarpAttention<Cfg> w;
   const bool flip_q = w.start(p, c, row0, warp, lane);
-  w.load_half_q(w.q, q_head(p, c), p.q_row_stride, p.seqlen_q, flip_q, lane);
+  w.load_half_q(w.q, CallQuery{p, c}, flip_q, lane);
   if constexpr (Cfg::kProducers > 0) {
     consume_ring<Cfg>(w, smem, tiles, p, lane);
   } else {

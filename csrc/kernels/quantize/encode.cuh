@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/fp8.h"
 #include "../common/params.h"
@@ -20,6 +21,23 @@ template <>
 __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
 template <>
 __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// The largest |value| of a 16-byte vector of T, NaNs ignored as fmaxf ignores them. 16-bit values pairwise by
+// half2 / bfloat162 max, which selects a value without rounding it: the same result as in fp32, in half the
+// instructions (the quantizer issued at 68% of its peak rate, ncu, H100).
+template <typename T>
+__device__ __forceinline__ float vector_amax(const uint4& v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fmaxf(fmaxf(fabsf(__uint_as_float(v.x)), fabsf(__uint_as_float(v.y))),
+                 fmaxf(fabsf(__uint_as_float(v.z)), fabsf(__uint_as_float(v.w))));
+  } else {
+    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const Pair* pairs = reinterpret_cast<const Pair*>(&v);
+    const Pair m =
+        __hmax2(__hmax2(__habs2(pairs[0]), __habs2(pairs[1])), __hmax2(__habs2(pairs[2]), __habs2(pairs[3])));
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+}
 
 // The codes of x / scale by IEEE division, pairwise.
 template <int kVec>

@@ -13,6 +13,7 @@
 #include "../common/attention_common.cuh"
 #include "../common/params.h"
 #include "channel_stats.cuh"
+#include "encode.cuh"
 
 namespace sdpa {
 namespace quantize {
@@ -54,22 +55,7 @@ __device__ __forceinline__ float cluster_amax(const float* amaxes, int ctas) {
   return group_max<32>(lane < ctas ? amaxes[lane] : 0.0f);
 }
 
-// The largest |value| of a 16-byte vector of T, NaNs ignored as fmaxf ignores them. 16-bit values pairwise by
-// half2 / bfloat162 max, which selects a value without rounding it: the same result as in fp32, in half the
-// instructions (the quantizer issued at 68% of its peak rate, ncu, H100).
-template <typename T>
-__device__ __forceinline__ float vector_amax(const uint4& v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return fmaxf(fmaxf(fabsf(__uint_as_float(v.x)), fabsf(__uint_as_float(v.y))),
-                 fmaxf(fabsf(__uint_as_float(v.z)), fabsf(__uint_as_float(v.w))));
-  } else {
-    using Pair = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    const Pair* pairs = reinterpret_cast<const Pair*>(&v);
-    const Pair m =
-        __hmax2(__hmax2(__habs2(pairs[0]), __habs2(pairs[1])), __hmax2(__habs2(pairs[2]), __habs2(pairs[3])));
-    return fmaxf(__low2float(m), __high2float(m));
-  }
-}
+using ::sdpa::vector_amax;  // encode.cuh: the attention kernels' q loaders take it too
 
 // The index of the tensor whose heads include head `index` of all tensors.
 __device__ __forceinline__ int tensor_of(const QuantizeHeadsParams& b, int index) {
