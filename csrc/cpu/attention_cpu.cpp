@@ -17,24 +17,21 @@
 namespace sdpa {
 namespace {
 
-// q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"): codes [B, Hq, Sq, D] and the
-// scale of every row [B, Hq, Sq], its group's amax / 448 (1 for a group of zeros); rows before `first` see no key,
-// and their codes are 0.
+// q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"), each group as a head of
+// quantize_fp8 (amax / 448, 1 for a group of zeros): codes [B, Hq, Sq, D] and the scale of every row [B, Hq, Sq];
+// rows before `first` see no key, and their codes are 0.
 std::tuple<at::Tensor, at::Tensor> quantize_query_rows(const at::Tensor& q, int64_t first) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), rows = S - first;
   const int64_t groups = (rows + 15) / 16;
-  at::Tensor x = at::zeros({B, H, groups * 16, D}, q.options().dtype(at::kFloat));
+  at::Tensor x = at::zeros({B, H, groups * 16, D}, q.options());
   x.narrow(2, 0, rows).copy_(q.narrow(2, first, rows));
-  const at::Tensor grouped = x.view({B, H, groups, 16 * D});
-  const at::Tensor amax = grouped.abs().amax(-1, /*keepdim=*/true);
-  const at::Tensor scale = at::where(amax > 0, amax / kE4M3Max, at::ones_like(amax));
-  const at::Tensor codes = (grouped / scale).to(at::kFloat8_e4m3fn).view({B, H, groups * 16, D});
-  at::Tensor all_codes = at::zeros({B, H, S, D}, codes.options());
-  all_codes.narrow(2, first, rows).copy_(codes.narrow(2, 0, rows));
-  at::Tensor row_scale = at::ones({B, H, S}, amax.options());
-  const at::Tensor group_rows = scale.expand({B, H, groups, 16}).reshape({B, H, groups * 16});
-  row_scale.narrow(2, first, rows).copy_(group_rows.narrow(2, 0, rows));
-  return {all_codes, row_scale};
+  const auto [group_codes, group_scale] = quantize_query(x.view({B, H * groups, 16, D}), std::nullopt);
+  at::Tensor codes = at::zeros({B, H, S, D}, group_codes.options());
+  codes.narrow(2, first, rows).copy_(group_codes.view({B, H, groups * 16, D}).narrow(2, 0, rows));
+  const at::Tensor scale_of_rows = group_scale.view({B, H, groups, 1}).expand({B, H, groups, 16});
+  at::Tensor row_scale = at::ones({B, H, S}, group_scale.options());
+  row_scale.narrow(2, first, rows).copy_(scale_of_rows.reshape({B, H, groups * 16}).narrow(2, 0, rows));
+  return {codes, row_scale};
 }
 
 // All 256 codes decoded once; E4M3 -> float is exact.

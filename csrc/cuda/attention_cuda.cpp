@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdint>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -30,17 +29,6 @@ QueryType query_type(const at::Tensor& q) {
     default:
       return QueryType::kCodes;
   }
-}
-
-// Whether the Hopper kernels read x's rows as they are: 16-byte aligned, and no stride 0 on a dimension longer than 1
-// (where their TMA descriptors cannot step; x may be broadcast).
-bool hopper_readable_rows(const at::Tensor& x) {
-  const int64_t bytes = x.element_size();
-  bool readable = reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0;
-  for (int dim = 0; dim < 3; ++dim) {
-    readable = readable && x.stride(dim) * bytes % 16 == 0 && (x.stride(dim) > 0 || x.size(dim) == 1);
-  }
-  return readable;
 }
 
 // q_scale is undefined for a q of values that the kernel quantizes with amax / 448.
@@ -144,9 +132,6 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
     out = out.narrow(2, hidden, d.seqlen_k);
     lse = lse.narrow(2, hidden, d.seqlen_k);
   }
-  // The kernels that quantize q's rows read them by 16-byte loads (and, in auto's choice, take only rows a TMA
-  // descriptor steps over): other rows are copied.
-  if (row_groups && !hopper_readable_rows(q)) q = q.clone(at::MemoryFormat::Contiguous);
   const at::Tensor ks = k_scale.contiguous(), vs = v_scale.contiguous();
   const cudaDeviceProp* prop = at::cuda::getDeviceProperties(q.device().index());
   const int sm = prop->major * 10 + prop->minor;
@@ -158,6 +143,13 @@ void fp8_forward_into_cuda(const at::Tensor& q_in, const at::Tensor& k, const at
     return p;
   };
   AttentionParams p = params();
+  // The kernels that quantize q's rows (the Hopper ones) read them by 16-byte loads, and auto takes them only where
+  // a TMA descriptor steps over q's dimensions: rows they cannot read as they are (misaligned, broadcast) are copied.
+  static const int wgmma = find_attention_variant("wgmma");
+  if (p.q_row_groups && !attention_variant_reads_q(wgmma, p)) {
+    q = q.clone(at::MemoryFormat::Contiguous);
+    p = params();
+  }
   const int index = resolve_variant(variant, p, sm);
   TORCH_CHECK(p.seqlens_k == nullptr || attention_variant_takes_seqlens(index),
               "seqlens_k needs the decode kernel, which needs k and v rows aligned to 16 bytes (data_ptr and "

@@ -35,6 +35,29 @@ struct QueryCodes {
   int64_t row_stride;
   int seqlen_q;
 };
+// The kernels that quantize q's rows themselves (p.q_row_groups), in chunks of 16 values of T: a chunk as two
+// 16-byte vectors, zero where it is not `real` (a row past seqlen_q)...
+template <typename T>
+__device__ __forceinline__ void load_q_values(const T* src, bool real, uint4 (&values)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) values[h] = real ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
+}
+// ... and its 16 codes under `divisor`, every sign XOR `sign` (a negative score scale flips Q).
+template <typename T>
+__device__ __forceinline__ uint4 encode_q_values(const uint4 (&values)[2], const E4m3Divisor& divisor,
+                                                 uint32_t sign) {
+  uint32_t codes[4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const T* elems = reinterpret_cast<const T*>(&values[h]);
+    float x[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = to_float(elems[e]);
+    divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
+  }
+  return make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
+}
+
 // ... or the q of an attention call at head c: its codes, or with p.q_row_groups its fp16 / bf16 values, which the
 // warp quantizes itself (FragmentRows::quantize_q_chunks).
 struct CallQuery {
@@ -355,16 +378,12 @@ struct FragmentRows {
   __device__ void quantize_q_chunks(uint4 (&chunks)[kSets][2], const AttentionParams& p, const HeadCoords& c,
                                     uint32_t sign, int lane) {
     const T* head = reinterpret_cast<const T*>(p.q) + c.batch * p.q_batch_stride + c.head_q * p.q_head_stride;
-    uint4 raw[kSets][2][2];  // values 8 h ... 8 h + 7 of chunk 4 j + lane % 4 of row[r]; 0 past seqlen_q
+    uint4 raw[kSets][2][2];  // chunk 4 j + lane % 4 of row[r]
 #pragma unroll
     for (int j = 0; j < kSets; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const T* src = head + row[r] * p.q_row_stride + 16 * (4 * j + lane % 4);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          raw[j][r][h] = row[r] < p.seqlen_q ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
-        }
+        load_q_values(head + row[r] * p.q_row_stride + 16 * (4 * j + lane % 4), row[r] < p.seqlen_q, raw[j][r]);
       }
     }
     float amax = 0.0f;
@@ -379,18 +398,7 @@ struct FragmentRows {
 #pragma unroll
     for (int j = 0; j < kSets; ++j) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        uint32_t codes[4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const T* values = reinterpret_cast<const T*>(&raw[j][r][h]);
-          float x[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) x[e] = to_float(values[e]);
-          divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
-        }
-        chunks[j][r] = make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
-      }
+      for (int r = 0; r < 2; ++r) chunks[j][r] = encode_q_values<T>(raw[j][r], divisor, sign);
     }
   }
 

@@ -234,20 +234,24 @@ bool attention_variant_quantizes_q(int variant, const AttentionParams& p) {
   return p.q_row_groups && p.head_dim <= 128 && std::strncmp(kVariants[variant].name, "wgmma", 5) == 0;
 }
 
-bool attention_variant_aligned(int variant, const AttentionParams& p) {
+bool attention_variant_reads_q(int variant, const AttentionParams& p) {
   // A q of values reaches a kernel as decode's, which reads it element by element, or as 16-bit values in rows of
   // 16-byte loads (q_row_groups: the Hopper kernels).
   const int64_t q_bytes = p.q_type == QueryType::kCodes ? 1 : p.q_row_groups && !kVariants[variant].decode ? 2 : 0;
   const bool q_aligned = q_bytes == 0 || rows_aligned(p.q, q_bytes * p.q_batch_stride, q_bytes * p.q_head_stride,
                                                      q_bytes * p.q_row_stride);
-  const bool aligned = !kVariants[variant].needs_aligned_rows ||
-                       (q_aligned &&
-                        rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
-                        rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
-  return aligned &&
+  return (!kVariants[variant].needs_aligned_rows || q_aligned) &&
          (!kVariants[variant].tma ||
-          (strides_steppable(p.batch, p.heads_q, p.seqlen_q, p.q_batch_stride, p.q_head_stride, p.q_row_stride) &&
-           strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
+          strides_steppable(p.batch, p.heads_q, p.seqlen_q, p.q_batch_stride, p.q_head_stride, p.q_row_stride));
+}
+
+bool attention_variant_aligned(int variant, const AttentionParams& p) {
+  const bool aligned = !kVariants[variant].needs_aligned_rows ||
+                       (rows_aligned(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
+                        rows_aligned(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride));
+  return attention_variant_reads_q(variant, p) && aligned &&
+         (!kVariants[variant].tma ||
+          (strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.k_batch_stride, p.k_head_stride, p.k_row_stride) &&
            strides_steppable(p.batch, p.heads_kv, p.seqlen_k, p.v_batch_stride, p.v_head_stride, p.v_row_stride)));
 }
 

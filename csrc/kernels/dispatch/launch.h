@@ -18,6 +18,8 @@ int find_attention_variant(const char* name);
 // Whether a variant can read these inputs (some need 16-byte aligned q/k/v rows; those that load through TMA
 // descriptors also need every dimension longer than 1 to have a non-zero stride).
 bool attention_variant_aligned(int variant, const AttentionParams& params);
+// The part of attention_variant_aligned that concerns q.
+bool attention_variant_reads_q(int variant, const AttentionParams& params);
 bool attention_variant_uses_tma(int variant);
 // Whether a variant is built for a head dim: 64 and 128 for all, kWideHeadDim (params.h) for some.
 bool attention_variant_takes_head_dim(int variant, int head_dim);

@@ -531,34 +531,21 @@ __device__ float quantize_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionPara
   const T* head = reinterpret_cast<const T*>(p.q) + job.c.batch * p.q_batch_stride + job.c.head_q * p.q_head_stride;
   auto row_of = [&](int i) { return 16 * group + (lane + 32 * i) / kChunksPerRow; };
   auto col_of = [&](int i) { return (lane + 32 * i) % kChunksPerRow * 16; };
-  uint4 raw[kLaneChunks][2];  // the 16 values of each of the lane's chunks; 0 past seqlen_q
+  uint4 raw[kLaneChunks][2];  // the lane's chunks
   float amax = 0.0f;
 #pragma unroll
   for (int i = 0; i < kLaneChunks; ++i) {
-    const bool real = job.row0 + row_of(i) < p.seqlen_q;
-    const T* src = head + (job.row0 + row_of(i)) * p.q_row_stride + col_of(i);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      raw[i][h] = real ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
-      amax = fmaxf(amax, vector_amax<T>(raw[i][h]));
-    }
+    const int row = job.row0 + row_of(i);
+    load_q_values(head + row * p.q_row_stride + col_of(i), row < p.seqlen_q, raw[i]);
+    amax = fmaxf(amax, fmaxf(vector_amax<T>(raw[i][0]), vector_amax<T>(raw[i][1])));
   }
   const float scale = scale_from_amax(group_max<32>(amax));
   if (group != warp) return scale;
   const E4m3Divisor divisor(scale, /*bounds_values=*/true);
 #pragma unroll
   for (int i = 0; i < kLaneChunks; ++i) {
-    uint32_t codes[4];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const T* values = reinterpret_cast<const T*>(&raw[i][h]);
-      float x[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = to_float(values[e]);
-      divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
-    }
-    const uint4 flipped = make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
-    store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row_of(i), col_of(i), flipped);
+    store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row_of(i), col_of(i),
+                                                    encode_q_values<T>(raw[i], divisor, sign));
   }
   return scale;
 }

@@ -20,6 +20,14 @@ namespace quantize {
 
 constexpr int kQuantThreads = 256;
 
+// A thread's vectors of a run of rows of vecs_per_row vectors are k, k + kQuantThreads, ...: where a row's vectors
+// divide the block's threads (steps_whole_rows) each lies `row_step` values after the one before, one add in place of
+// its row and column (an integer division and two 64-bit multiplies a vector).
+__device__ __forceinline__ bool steps_whole_rows(int vecs_per_row) { return kQuantThreads % vecs_per_row == 0; }
+__device__ __forceinline__ int64_t row_step(int vecs_per_row, int64_t row_stride) {
+  return steps_whole_rows(vecs_per_row) ? kQuantThreads / vecs_per_row * row_stride : 0;
+}
+
 // Where head `head` (of B x H, batch-major) of p starts, in values of its input type.
 __device__ __forceinline__ int64_t head_offset(const QuantizeParams& p, int head) {
   return (head / p.heads) * p.x_batch_stride + (head % p.heads) * p.x_head_stride;

@@ -92,8 +92,8 @@ struct ThreadVectors {
     const int i = share.begin + threadIdx.x;
     first = share.x + static_cast<int64_t>(i / share.vecs_per_row) * share.p->x_row_stride +
             i % share.vecs_per_row * HeadShare<T>::kVec;
-    stepped = kQuantThreads % share.vecs_per_row == 0;
-    step = stepped ? kQuantThreads / share.vecs_per_row * share.p->x_row_stride : 0;
+    stepped = quantize::steps_whole_rows(share.vecs_per_row);
+    step = quantize::row_step(share.vecs_per_row, share.p->x_row_stride);
   }
   // Vector k = threadIdx.x + j kQuantThreads of the share, which is `at` (first + j step) where stepped.
   __device__ const T* vector(const HeadShare<T>& share, int k, const T* at) const {
