@@ -28,9 +28,9 @@ def fp8_forward(
 
     q may instead hold fp16/bf16/fp32 values, quantized per head as quantize_fp8(q, q_scale) would (q_scale None:
     amax / 448), or with q_quantization='per_16_rows' (fp16/bf16, q_scale None, D <= 128) by the kernel itself with
-    the amax / 448 of each 16 rows of a head (counted from the first row that sees a key). seqlens_k ([B] int32)
-    limits batch b to its first seqlens_k[b] keys; causal_alignment 'bottom_right' aligns the causal mask to the last
-    key (query i of Sq sees keys j <= i + Sk - Sq)."""
+    a scale per 16 rows of a head (counted from the first row that sees a key): their amax / 448 rounded up to a
+    power of two. seqlens_k ([B] int32) limits batch b to its first seqlens_k[b] keys; causal_alignment
+    'bottom_right' aligns the causal mask to the last key (query i of Sq sees keys j <= i + Sk - Sq)."""
     return torch.ops.sdpa.fp8_forward(q, k, v, q_scale, k_scale, v_scale, is_causal, scale, out_dtype, variant,
                                       seqlens_k, causal_alignment, q_quantization)
 

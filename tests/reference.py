@@ -52,15 +52,17 @@ def sdpa_float32(q, k, v, is_causal=False, scale=None, causal_alignment="top_lef
 
 def quantized_in_row_groups(q, first=0):
     """The values of q [B, H, S, D] quantized to E4M3 with one scale per 16 rows of a head, counted from row `first`
-    (fp8_forward's q_quantization='per_16_rows'): each group's amax / 448 (1 for a group of zeros), codes as torch's
-    float8_e4m3fn cast of x / scale; rows before `first` zero. The scale is divided in float64 and rounded: torch on
-    CUDA divides by a Python scalar as a multiplication by its reciprocal, off by the last bit at times."""
+    (fp8_forward's q_quantization='per_16_rows'): each group's amax / 448 rounded up to a power of two (at least
+    2^-126; 1 for a group of zeros), codes as torch's float8_e4m3fn cast of x / scale, exact for such a scale; rows
+    before `first` zero."""
     b, h, s, d = q.shape
     rows = s - first
     groups = -(-rows // 16)
     x = F.pad(q.float()[:, :, first:], (0, 0, 0, groups * 16 - rows)).reshape(b, h, groups, 16 * d)
     amax = x.abs().amax(-1, keepdim=True)
-    scale = torch.where(amax > 0, amax.double() / 448.0, 1.0).float()
+    mantissa, exponent = torch.frexp(amax)  # amax = mantissa 2^exponent, mantissa in [0.5, 1)
+    power = (exponent - 9 + (mantissa > 0.875).int()).clamp(min=-126)  # amax <= 448 2^power = 0.875 2^(9 + power)
+    scale = torch.where(amax > 0, torch.ldexp(torch.ones_like(amax), power), 1.0)
     values = ((x / scale).to(torch.float8_e4m3fn).float() * scale).reshape(b, h, groups * 16, d)[:, :, :rows]
     return F.pad(values, (0, 0, first, 0))
 

@@ -17,15 +17,20 @@
 namespace sdpa {
 namespace {
 
-// q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"), each group as a head of
-// quantize_fp8 (amax / 448, 1 for a group of zeros): codes [B, Hq, Sq, D] and the scale of every row [B, Hq, Sq];
-// rows before `first` see no key, and their codes are 0.
+// q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"), each group under the power
+// of two of its amax (power_of_two_scale; NaN ignored, as the kernels' fmaxf does): codes [B, Hq, Sq, D] and the
+// scale of every row [B, Hq, Sq]; rows before `first` see no key, and their codes are 0.
 std::tuple<at::Tensor, at::Tensor> quantize_query_rows(const at::Tensor& q, int64_t first) {
   const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), rows = S - first;
   const int64_t groups = (rows + 15) / 16;
   at::Tensor x = at::zeros({B, H, groups * 16, D}, q.options());
   x.narrow(2, 0, rows).copy_(q.narrow(2, first, rows));
-  const auto [group_codes, group_scale] = quantize_query(x.view({B, H * groups, 16, D}), std::nullopt);
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor magnitudes = at::nan_to_num(x.to(at::kFloat).abs(), 0.0, inf, -inf);
+  at::Tensor scales = magnitudes.view({B, H * groups, 16 * D}).amax(-1).contiguous();
+  float* scale = scales.data_ptr<float>();
+  for (int64_t g = 0; g < scales.numel(); ++g) scale[g] = power_of_two_scale(scale[g]);
+  const auto [group_codes, group_scale] = quantize_query(x.view({B, H * groups, 16, D}), scales);
   at::Tensor codes = at::zeros({B, H, S, D}, group_codes.options());
   codes.narrow(2, first, rows).copy_(group_codes.view({B, H, groups * 16, D}).narrow(2, 0, rows));
   const at::Tensor scale_of_rows = group_scale.view({B, H, groups, 1}).expand({B, H, groups, 16});

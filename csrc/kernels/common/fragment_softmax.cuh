@@ -44,7 +44,7 @@ __device__ __forceinline__ void load_q_values(const T* src, bool real, uint4 (&v
 }
 // ... and its 16 codes under `divisor`, every sign XOR `sign` (a negative score scale flips Q).
 template <typename T>
-__device__ __forceinline__ uint4 encode_q_values(const uint4 (&values)[2], const E4m3Divisor& divisor,
+__device__ __forceinline__ uint4 encode_q_values(const uint4 (&values)[2], const E4m3PowerOfTwoDivisor& divisor,
                                                  uint32_t sign) {
   uint32_t codes[4];
 #pragma unroll
@@ -371,9 +371,9 @@ struct FragmentRows {
   }
 
   // The chunks of fetch_q_chunks from 16-bit values (p.q_row_groups), quantized with the scale of the warp's 16
-  // rows, amax / 448 exactly as quantize_fp8 takes it of a head, which score_scale then includes. The quad lanes
-  // read each row whole and the warp holds its 16 rows, so one warp max gives the amax. The values are held from
-  // their load to their encode (32 registers at D = 128), before the key loop needs its registers.
+  // rows (power_of_two_scale), which score_scale then includes. The quad lanes read each row whole and the warp
+  // holds its 16 rows, so one warp max gives the amax. The values are held from their load to their encode (32
+  // registers at D = 128), before the key loop needs its registers.
   template <typename T, int kSets>
   __device__ void quantize_q_chunks(uint4 (&chunks)[kSets][2], const AttentionParams& p, const HeadCoords& c,
                                     uint32_t sign, int lane) {
@@ -392,9 +392,9 @@ struct FragmentRows {
 #pragma unroll
       for (int i = 0; i < 4; ++i) amax = fmaxf(amax, vector_amax<T>(raw[j][i / 2][i % 2]));
     }
-    const float scale = scale_from_amax(group_max<32>(amax));
+    const float scale = power_of_two_scale(group_max<32>(amax));
     score_scale = ScoreScale(p, c, scale).log2_units;
-    const E4m3Divisor divisor(scale, /*bounds_values=*/true);
+    const E4m3PowerOfTwoDivisor divisor(scale);
 #pragma unroll
     for (int j = 0; j < kSets; ++j) {
 #pragma unroll

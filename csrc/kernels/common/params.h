@@ -51,7 +51,7 @@ struct AttentionParams {
   bool causal_bottom_right;
   QueryType q_type;
   // q of fp16 / bf16 values quantized by the kernel with one scale per 16 rows of a head, rows 16 g ... 16 g + 15
-  // (q_quantization="per_16_rows"): amax / 448 of those rows, exactly as quantize_fp8 takes it of a head.
+  // (q_quantization="per_16_rows"): amax / 448 of those rows rounded up to a power of two (power_of_two_scale).
   bool q_row_groups;
   bool overlap_launch;  // programmatic dependent launch allowed (sm_90): see launch_overlapping
   OutputType out_type;

@@ -18,6 +18,12 @@
 
 namespace sdpa {
 
+// The scale of q values from their amax: per 16 rows (a group holds a decode head's Sq <= 16 rows) a power of two,
+// per head amax / 448 (quantize_fp8's).
+__device__ __forceinline__ float q_values_scale(const AttentionParams& p, float amax) {
+  return p.q_row_groups ? power_of_two_scale(amax) : scale_from_amax(amax);
+}
+
 // Which query head packed row `packed` of kv head `head_kv` is.
 __device__ __forceinline__ int packed_head_q(const AttentionParams& p, int head_kv, int packed) {
   return head_kv * (p.heads_q / p.heads_kv) + packed / p.seqlen_q;
@@ -113,7 +119,7 @@ struct HeldQuery {
         } else {
           float amax = 0.0f;
           for (int r = head_row0; r < head_row0 + p.seqlen_q; ++r) amax = fmaxf(amax, row_amax[r]);
-          scale = scale_from_amax(amax);
+          scale = q_values_scale(p, amax);
         }
         if (col == 0) row_scale[row] = scale;
       }
@@ -144,7 +150,7 @@ __device__ void stage_query_values(const AttentionParams& p, const DecodeBlock& 
       for (int e = lane; e < p.seqlen_q * kD; e += 32) {
         amax = fmaxf(amax, fabsf(to_float(x[e / kD * p.q_row_stride + e % kD])));
       }
-      scale = scale_from_amax(group_max<32>(amax));
+      scale = q_values_scale(p, group_max<32>(amax));
     }
     if (lane == 0) head_scale[h] = scale;
   }

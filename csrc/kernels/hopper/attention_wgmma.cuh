@@ -520,9 +520,9 @@ __device__ __forceinline__ void load_half_tiles(const WgmmaSmem<Cfg>& smem, cons
 }
 
 // decode_q_tile for a q of 16-bit values (p.q_row_groups): each consumer warp takes the amax of the 16 rows it
-// attends (consume_tiles: rows 16 w of the job, or of its 64 rows in a split unit) and returns their scale,
-// amax / 448, as FragmentRows::quantize_q_chunks does for Q in registers; the warp whose index they are encodes
-// them (the values held from their load to their encode) and decodes the codes into the tile.
+// attends (consume_tiles: rows 16 w of the job, or of its 64 rows in a split unit) and returns their scale
+// (power_of_two_scale), as FragmentRows::quantize_q_chunks does for Q in registers; the warp whose index they are
+// encodes them (the values held from their load to their encode) and decodes the codes into the tile.
 template <class Cfg, typename T>
 __device__ float quantize_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionParams& p, const WgmmaJob& job,
                                  uint32_t sign, int rows) {
@@ -539,9 +539,9 @@ __device__ float quantize_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionPara
     load_q_values(head + row * p.q_row_stride + col_of(i), row < p.seqlen_q, raw[i]);
     amax = fmaxf(amax, fmaxf(vector_amax<T>(raw[i][0]), vector_amax<T>(raw[i][1])));
   }
-  const float scale = scale_from_amax(group_max<32>(amax));
+  const float scale = power_of_two_scale(group_max<32>(amax));
   if (group != warp) return scale;
-  const E4m3Divisor divisor(scale, /*bounds_values=*/true);
+  const E4m3PowerOfTwoDivisor divisor(scale);
 #pragma unroll
   for (int i = 0; i < kLaneChunks; ++i) {
     store_decoded_16<HalfPanelLayout<Cfg::kBlockM>>(smem.q_halves(), row_of(i), col_of(i),

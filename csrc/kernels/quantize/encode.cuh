@@ -88,6 +88,20 @@ struct E4m3Divisor {
   }
 };
 
+// The codes of x / scale for a power-of-two scale from power_of_two_scale: x times its reciprocal, which is exact, so
+// the product rounds as the quotient does.
+struct E4m3PowerOfTwoDivisor {
+  float scale, inverse;
+
+  __device__ explicit E4m3PowerOfTwoDivisor(float s) : scale(s) { inverse = __frcp_rn(s); }
+
+  template <int kVec>
+  __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
+#pragma unroll
+    for (int e = 0; e < kVec / 2; ++e) pairs[e] = encode_e4m3x2(x[2 * e] * inverse, x[2 * e + 1] * inverse);
+  }
+};
+
 // Encodes kVec values to consecutive codes of x / divisor.scale: one hardware cvt per pair on sm_89+, and one 4- or
 // 8-byte store.
 template <int kVec, class Divisor>
