@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: build sdpa_ext for this GPU's arch only, run the whole test suite on the GPU, run the
-# benchmark at the mission shape and the decode rows, and print a short summary table last.
+# On the GPU machine: build sdpa_ext for this GPU's arch only, run the test suite on the GPU (all but the compile
+# checks of tests/test_ptxas.py, which CI runs), run the benchmark at the mission shape and the decode rows, and
+# print a short summary table last.
 #
 #   SDPA_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_check.sh [extra pytest args]
 #   SDPA_TESTS="tests/test_decode.py tests/test_kv_cache.py" bash scripts/gpu_check.sh   # a subset of the suite
@@ -29,8 +30,11 @@ if ! $PYTHON -m pip install --no-build-isolation --no-deps --no-index -e . >"$OU
 fi
 echo "built for sm_${TORCH_CUDA_ARCH_LIST/./} in $(($(date +%s) - start)) s"
 
+# tests/test_ptxas.py is left to CI: it compiles every kernel for three archs with nvcc on the host's CPU, which on
+# the device machine took longer than the rest of the suite (the call's 10 minutes ran out, 2026-11-27).
 # shellcheck disable=SC2086  # SDPA_TESTS is a list of paths
-$PYTHON -m pytest -q -p no:cacheprovider ${SDPA_TESTS:-tests} --junitxml="$OUT/junit.xml" "$@" >"$OUT/pytest.log" 2>&1
+$PYTHON -m pytest -q -p no:cacheprovider ${SDPA_TESTS:-tests} --ignore=tests/test_ptxas.py --junitxml="$OUT/junit.xml" \
+  "$@" >"$OUT/pytest.log" 2>&1
 tests_status=$?
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -25
 
