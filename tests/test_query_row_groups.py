@@ -83,6 +83,27 @@ def test_bottom_right_groups_start_at_the_first_row_that_sees_a_key(device, shap
         check_kernel_error(out[seen], lse[seen], ref_out[seen], ref_lse[seen], record_error, variant)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_groups_of_extreme_amax_stay_finite(device, dtype, record_error):
+    # A group's scale is its amax / 448 rounded up to a power of two, but at least 2^-126, so that its reciprocal is
+    # a float: a bf16 group of magnitude 2^-130 (amax / 448 below 2^-138) would otherwise encode its zeros as
+    # 0 * inf, NaN. Finite input must give finite output (DESIGN.md); with groups of zeros, of the smallest fp16
+    # values and of large ones (scales up to 2^93 in bf16; lse stays far from float32's range), the result still
+    # meets the kernel gate against float64 attention on the same quantization.
+    q, k, v = make_qkv((1, 2, 2, 80, 96, 64, False), 11, device, dtype)
+    smallest = 2.0**-130 if dtype == torch.bfloat16 else 2.0**-24
+    q[:, :, :16] = torch.where(q[:, :, :16] > 0, smallest, -smallest)
+    q[:, :, :16, ::2] = 0.0
+    q[:, :, 16:32] = 0.0
+    q[:, :, 32:48] *= 2.0**100 if dtype == torch.bfloat16 else 2.0**10
+    codes, values = key_values(k, v)
+    ref_out, ref_lse = attention_float64(quantized_in_row_groups(q), *values)
+    for variant in row_group_variants(device, 64, q.size(2)):
+        out, lse = run_poisoned(q, *codes, variant)
+        assert bool(torch.isfinite(out).all() and torch.isfinite(lse).all()), variant
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_groups_with_the_head_amax_give_the_per_head_result(device, head_dim):
     # Where every group of 16 rows holds the head's amax, 7 = 448 * 2^-6, each group's power-of-two scale is the
