@@ -91,9 +91,9 @@ struct E4m3Divisor {
 // The codes of x / scale for a power-of-two scale from power_of_two_scale: x times its reciprocal, which is exact, so
 // the product rounds as the quotient does.
 struct E4m3PowerOfTwoDivisor {
-  float scale, inverse;
+  float inverse;
 
-  __device__ explicit E4m3PowerOfTwoDivisor(float s) : scale(s) { inverse = __frcp_rn(s); }
+  __device__ explicit E4m3PowerOfTwoDivisor(float scale) { inverse = __frcp_rn(scale); }
 
   template <int kVec>
   __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
