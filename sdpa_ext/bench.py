@@ -9,7 +9,9 @@
 
 Rows: each sdpa_ext variant's kernel (fp8_forward on pre-quantized inputs), the drop-in's quantization (of q, k and
 v, or of k and v where the kernel quantizes q itself: sdpa_ext.attention.kernel_quantizes_query), the end-to-end
-drop-in from fp16/bf16 for each tier (`auto`: full, `fast`) with the quantization's share of it, and
+drop-in from fp16/bf16 for each tier (`auto`: full, `fast`) with the quantization's share of it (its time beyond
+the same tier's kernel row where that ran, which counts quantization folded into a kernel too; else the quantize
+row's time), and
 every PyTorch SDPA backend on the same fp16/bf16 inputs. On the GPU each
 row is timed by CUDA-graph replay (GPU time per call; the ratios use it) and by per-call CUDA events (median,
 p90; launch overhead included), cycling through enough input sets that the L2 cache does not flatter small
@@ -220,10 +222,15 @@ class ShapeBench:
         timed = [r for r in self.rows if "time_us" in r]
         best = min((r["time_us"] for r in timed if r["kind"] == "sdpa"), default=None)
         quantize = next((r["time_us"] for r in timed if r["kind"] == "quantize"), None)
+        kernels = {r["name"]: r["time_us"] for r in timed if r["kind"] == "kernel"}
+        tiers = {name: tier for tier, name in END_TO_END_ROWS.items()}
         for r in timed:
             r["vs_best_sdpa"] = r["time_us"] / best if best else None
-            if r["kind"] == "end_to_end" and quantize is not None:
-                r["quantize_share"] = quantize / r["time_us"]
+            if r["kind"] == "end_to_end":
+                kernel = kernels.get(f"sdpa_ext[{tiers[r['name']]}]")
+                extra = r["time_us"] - kernel if kernel is not None else quantize
+                if extra is not None:
+                    r["quantize_share"] = max(extra, 0.0) / r["time_us"]
         return {"shape": list(self.shape), "causal": self.is_causal, "dtype": str(self.dtype).replace("torch.", ""),
                 "flops": self.flops, "rows": self.rows}
 
