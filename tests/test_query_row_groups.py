@@ -109,8 +109,9 @@ def test_groups_of_extreme_amax_stay_finite(device, dtype, record_error):
 
 # A known limit of the GPU kernels, against DESIGN.md's "a finite input never gives NaN or Inf": P = exp2(fma(s,
 # scale, -rn(max * scale))) carries the rounding of max * scale (up to 2^-25 of it) into the exponent, so that
-# where the logits reach ~2^27 in log2 units (9e7 in natural ones) P overflows fp16 or vanishes (H100: every Hopper
-# variant gives inf or NaN rows from q of 2^30 on, against unit keys). The CPU's exp(s - max) has no such limit.
+# where the logits reach ~2^27 in log2 units (9e7 in natural ones) P overflows fp16 or vanishes (H100: every GPU
+# variant but `scalar` gives inf or NaN rows from q of 2^28 on, against unit keys, per head and per 16 rows alike).
+# The CPU's exp(s - max) has no such limit.
 LARGE_LOGITS = pytest.mark.xfail(strict=True, reason="GPU kernels: logits beyond ~2^27 (log2 units) overflow P")
 
 
