@@ -239,6 +239,38 @@ def test_special_inputs(device, kind, is_causal, record_error):
             check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
+# Logits of 2^20 to 2^100 in log2 units, from q rows 2^exponent larger (bf16) against unit keys: rows 40-55, or
+# with few rows query heads 1 and 2 (rows of the decode kernel's tile beside ordinary ones); 96 keys, 700 keys
+# causal (a max that moves across key tiles; the amplified rows see 41 to 56 keys), and decode over all 300 keys:
+# lse then carries the fp32 rounding of the max score, within the gate's 8 ulp where it is the largest of many (a
+# row that sees one key carries that score's cancellation, 2^-16.5 of it in top-left causal decode on the CPU). The
+# GPU kernels take P = exp2(S * scale - offset), the
+# offset being the row max times the scale, rounded: from 2^22 the warp scales S first (kPrescaledFrom,
+# fragment_softmax.cuh), since the offset's rounding, carried into the exponent, overflowed P (inf or NaN rows from
+# 2^28 on the H100). Such a row's softmax is one key, which float64 attention on the same codes gives too.
+HUGE_LOGIT_CASES = [(1, 2, 2, 80, 96, 64, False), (1, 4, 2, 200, 700, 128, True), (1, 8, 2, 5, 300, 128, False)]
+
+
+def amplified_queries(case, exponent, device):
+    q, k, v = make_qkv(case, 11, device, torch.bfloat16)
+    if q.size(2) > 56:
+        q[:, :, 40:56] *= 2.0**exponent
+    else:
+        q[:, 1:3] *= 2.0**exponent
+    return q, k, v
+
+
+@pytest.mark.parametrize("exponent", [20, 28, 100])
+@pytest.mark.parametrize("case", HUGE_LOGIT_CASES, ids=case_id)
+def test_huge_logits(device, case, exponent, record_error):
+    q8, qs, k8, ks, v8, vs = quantize_all(*amplified_queries(case, exponent, device))
+    deq = [sdpa_ext.dequantize_fp8(c, s) for c, s in ((q8, qs), (k8, ks), (v8, vs))]
+    ref_out, ref_lse = attention_float64(*deq, is_causal=case[-1])
+    for variant in variants_for(device, case[5]):
+        out, lse = run_poisoned(q8, qs, k8, ks, v8, vs, case[-1], variant=variant)
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
+
+
 # Positive scores that grow along the keys (k scaled by a ramp from 2 to 40): most key tiles raise a row's max by
 # far more than the slack of 8 in log2 units (RowSoftmax::kMaxSlack), so the kernels that guess the max
 # (fragment_softmax.cuh) fall back on most tiles, and `wgmma` recomputes S there; |lse| reaches ~1700.

@@ -10,7 +10,8 @@ import torch
 import sdpa_ext
 from reference import attention_float64, quantized_in_row_groups, sdpa_float32, sqnr_db
 from conftest import requires_cuda
-from test_attention import case_id, check_end_to_end_error, check_kernel_error, drop_in_values, make_qkv, variants_for
+from test_attention import (HUGE_LOGIT_CASES, amplified_queries, case_id, check_end_to_end_error, check_kernel_error,
+                            drop_in_values, make_qkv, variants_for)
 
 # (B, Hq, Hkv, Sq, Sk, D, causal): rows that end mid-group, GQA, D = 128, causal; one query row and five (decode:
 # its heads of up to 16 rows are one group each); 192-row blocks at D = 64 whose last wave is split into 64-row
@@ -89,7 +90,7 @@ def test_groups_of_extreme_amax_stay_finite(device, dtype, record_error):
     # a float: a bf16 group of magnitude 2^-130 (amax / 448 below 2^-138) would otherwise encode its zeros as
     # 0 * inf, NaN. Finite input must give finite output (DESIGN.md); with groups of zeros, of the smallest fp16
     # values and of large ones (scales up to 2^93 in bf16, against keys 2^100 smaller, so that the logits stay
-    # ordinary: test_large_logits_stay_finite has large ones), the result still meets the kernel gate against
+    # ordinary: test_huge_logits_in_row_groups has large ones), the result still meets the kernel gate against
     # float64 attention on the same quantization.
     q, k, v = make_qkv((1, 2, 2, 80, 96, 64, False), 11, device, dtype)
     smallest = 2.0**-130 if dtype == torch.bfloat16 else 2.0**-24
@@ -107,22 +108,18 @@ def test_groups_of_extreme_amax_stay_finite(device, dtype, record_error):
         check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
-# A known limit of the GPU kernels, against DESIGN.md's "a finite input never gives NaN or Inf": P = exp2(fma(s,
-# scale, -rn(max * scale))) carries the rounding of max * scale (up to 2^-25 of it) into the exponent, so that
-# where the logits reach ~2^27 in log2 units (9e7 in natural ones) P overflows fp16 or vanishes (H100: every GPU
-# variant but `scalar` gives inf or NaN rows from q of 2^28 on, against unit keys, per head and per 16 rows alike).
-# The CPU's exp(s - max) has no such limit.
-LARGE_LOGITS = pytest.mark.xfail(strict=True, reason="GPU kernels: logits beyond ~2^27 (log2 units) overflow P")
-
-
-@pytest.mark.parametrize("device", [pytest.param("cpu", id="cpu"), pytest.param(
-    "cuda", id="cuda", marks=[pytest.mark.cuda, requires_cuda, LARGE_LOGITS])])
-def test_large_logits_stay_finite(device):
-    q, k, v = make_qkv((1, 2, 2, 80, 96, 64, False), 11, device, torch.bfloat16)
-    q[:, :, 32:48] *= 2.0**30
-    codes, _ = key_values(k, v)
-    out, lse = run_poisoned(q, *codes, "auto")
-    assert bool(torch.isfinite(out).all() and torch.isfinite(lse).all())
+@pytest.mark.parametrize("exponent", [20, 28, 100])
+@pytest.mark.parametrize("case", HUGE_LOGIT_CASES, ids=case_id)
+def test_huge_logits_in_row_groups(device, case, exponent, record_error):
+    # test_attention.py::test_huge_logits with q's groups of 16 rows quantized by the kernels; rows 40-55 straddle
+    # two groups, whose other rows quantize to a few small codes.
+    q, k, v = amplified_queries(case, exponent, device)
+    codes, values = key_values(k, v)
+    ref_out, ref_lse = attention_float64(quantized_in_row_groups(q), *values, is_causal=case[-1])
+    for variant in row_group_variants(device, case[5], case[3]):
+        out, lse = run_poisoned(q, *codes, variant, case[-1])
+        assert bool(torch.isfinite(out).all() and torch.isfinite(lse).all()), variant
+        check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

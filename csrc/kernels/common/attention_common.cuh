@@ -166,17 +166,23 @@ struct ScaledRowSoftmax {
   float max = -INFINITY;
   float sum = 0.0f;
 
+  // The exp2 offset of a row whose max is `row_max`: P = exp2(score - offset). Rounded once the max passes 2^25
+  // (ulp 4), so that whatever weighs one row's P against another's (the correction below, the merges of split
+  // partials) takes differences of offsets, not of maxima.
+  __device__ __forceinline__ static float offset_of(float row_max) { return row_max - kScaleLog2; }
   // The exp2 offset of a tile that keeps the max (a row with a max).
-  __device__ __forceinline__ float offset() const { return max - kScaleLog2; }
+  __device__ __forceinline__ float offset() const { return offset_of(max); }
   // Folds in a tile whose row maximum is tile_max; returns the factor that rescales the old accumulator
   // and the offset that the tile's exp2 arguments subtract. A row with nothing visible yet keeps max = -inf
-  // and a finite offset, so exp2(-inf - offset) = 0 instead of NaN.
+  // and a finite offset, so exp2(-inf - offset) = 0 instead of NaN. The test takes the difference of the maxima,
+  // exact where they are close: max + kMaxSlack rounds once max passes 2^26 (ulp 8), and let a max 16 above the
+  // old one through from 2^27, P = 2^16, inf in fp16.
   __device__ __forceinline__ float rescale(float tile_max, float* offset) {
-    if (!(tile_max > max + kMaxSlack)) {
+    if (!(tile_max - max > kMaxSlack)) {
       *offset = max == -INFINITY ? -kScaleLog2 : this->offset();
       return 1.0f;
     }
-    const float correction = exp2f(max - tile_max);
+    const float correction = exp2f(this->offset() - offset_of(tile_max));
     max = tile_max;
     *offset = this->offset();
     sum *= correction;

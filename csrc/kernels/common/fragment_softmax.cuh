@@ -92,12 +92,50 @@ __device__ __forceinline__ bool tile_needs_mask(const AttentionParams& p, int ke
   return key0 + keys > p.seqlen_k || (p.is_causal && key0 + keys - 1 - causal_shift(p, key0) > first_row);
 }
 
+// Where a row's offset reaches this (in log2 units), its exp2 arguments take the scores scaled first.
+constexpr float kPrescaledFrom = 0x1p22f;
+
+// How exponentiate_in_place scales S first where it must (below): never (S is in log2 units already, or the row
+// max was guessed, which warp_can_guess_max allows only below kPrescaledFrom), or in one of two code shapes that
+// give the same P and differ in registers and time: in place ahead of the one loop (then with scale 1), or in a loop
+// of its own. Ahead is the default; its own loop where ahead spilled, `wgmma+predecode` at D = 128 and the kernels
+// that exponentiate in place (FragmentRows::exponentials: `wgmma`, `wgmma_m192`) 4 bytes each. Its own loop
+// everywhere made the mma.sync kernels at D = 256 spill 12 bytes (nvcc 13.0, sm_90a), and `wgmma_fp8+fp8_pv` at
+// 4x16x2048x128 2.6% slower (ncu, H100: 225.7 against 219.9 us; ahead 224.3 against 223.5 in another run).
+enum class Prescale { kNever, kAhead, kOwnLoop };
+
 // S = exp2(S * scale - offset[row]) in place, in fp32, and the sum of the lane's part of each row; one FFMA and
-// one MUFU per score.
-template <int kNTiles>
+// one MUFU per score. The offset is the row max times the scale, rounded (ScaledRowSoftmax): the FFMA takes the
+// max score's own product exactly, so the max's P is 2^(its rounding error), up to half an ulp of the offset:
+// below kPrescaledFrom (ulp 0.5) at most 2^0.125, but 2^16 at 2^28, inf in fp16. Where any row of the warp
+// reaches it, S is scaled first, with the same rounding as the max, so that the max's P is 2^kScaleLog2 (up to
+// 2^(2 kScaleLog2) where the offset itself rounds, past 2^25); the other P keep the rounding of their logits,
+// fp32's resolution there (2^-24 of the logit, as in the scalar kernel and torch's fp32 math).
+template <Prescale kPrescale, int kNTiles>
 __device__ __forceinline__ void exponentiate_in_place(float (&s)[kNTiles][4], float scale, const float (&offset)[2],
                                                       float (&tile_sum)[2]) {
+  const bool prescale = kPrescale != Prescale::kNever && __any_sync(0xFFFFFFFFu, fabsf(offset[0]) >= kPrescaledFrom ||
+                                                                             fabsf(offset[1]) >= kPrescaledFrom);
   tile_sum[0] = tile_sum[1] = 0.0f;
+  if (kPrescale == Prescale::kOwnLoop && prescale) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[nt][i] = fast_exp2(__fmul_rn(s[nt][i], scale) - offset[i / 2]);
+        tile_sum[i / 2] += s[nt][i];
+      }
+    }
+    return;
+  }
+  if (kPrescale == Prescale::kAhead && prescale) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[nt][i] = __fmul_rn(s[nt][i], scale);
+    }
+    scale = 1.0f;
+  }
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -141,7 +179,7 @@ __host__ __device__ constexpr int key_of_position(int position) {
 }
 
 // P = exp2(S * scale - offset[row]) of a tile, packed (pack_probabilities), with S left as it was.
-template <int kNTiles, class Fragments>
+template <Prescale kPrescale, int kNTiles, class Fragments>
 __device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], float scale, const float (&offset)[2],
                                                   Fragments& probs, float (&tile_sum)[2]) {
   float p[kNTiles][4];
@@ -150,7 +188,7 @@ __device__ __forceinline__ void exponentiate_tile(const float (&s)[kNTiles][4], 
 #pragma unroll
     for (int i = 0; i < 4; ++i) p[nt][i] = s[nt][i];
   }
-  exponentiate_in_place(p, scale, offset, tile_sum);
+  exponentiate_in_place<kPrescale>(p, scale, offset, tile_sum);
   pack_probabilities(p, probs);
 }
 
@@ -169,11 +207,13 @@ __device__ __forceinline__ void take_row_max(const float (&s)[kNTiles][4], Softm
 }
 
 // The guessed row max of online_softmax_scores and FragmentRows::exponentials: a guess needs a max on every row
-// of the warp, and it held when every P of the warp stayed within kMaxProbability (the lane's row sums bound each
-// P); then the tile's sums join the running ones (add_tile_sums) and keep_guessed_tile returns true.
+// of the warp, below kPrescaledFrom (so that the guess never scales S first: that branch beside the guess made the
+// `wgmma*` consumers at D = 128 spill up to 336 bytes), and it held when every P of the warp stayed within
+// kMaxProbability (the lane's row sums bound each P); then the tile's sums join the running ones (add_tile_sums)
+// and keep_guessed_tile returns true.
 template <class Softmax>
-__device__ __forceinline__ bool warp_rows_have_max(const Softmax (&softmax)[2]) {
-  return __all_sync(0xFFFFFFFFu, softmax[0].max != -INFINITY && softmax[1].max != -INFINITY);
+__device__ __forceinline__ bool warp_can_guess_max(const Softmax (&softmax)[2]) {
+  return __all_sync(0xFFFFFFFFu, fabsf(softmax[0].max) < kPrescaledFrom && fabsf(softmax[1].max) < kPrescaledFrom);
 }
 template <class Softmax>
 __device__ __forceinline__ void add_tile_sums(Softmax (&softmax)[2], const float (&tile_sum)[2]) {
@@ -195,20 +235,21 @@ __device__ __forceinline__ bool keep_guessed_tile(Softmax (&softmax)[2], const f
 // that the max stays (ScaledRowSoftmax::kMaxSlack): if every P of the warp then stays within kMaxProbability
 // (checked on the lane's row sums, which bound each P), that is the result the max would have given, and the row
 // max (a chain of FMNMX and two shuffles per row that the exponentials had to wait for) is never taken. Otherwise,
-// rarely after the first tiles, the tile is redone from its max.
-template <bool kGuessMax, int kNTiles, class Softmax, class Fragments>
+// rarely after the first tiles, the tile is redone from its max. The decode kernels scale each row of S themselves
+// (scale 1): they take kPrescale = Prescale::kNever.
+template <bool kGuessMax, Prescale kPrescale = Prescale::kAhead, int kNTiles, class Softmax, class Fragments>
 __device__ __forceinline__ void online_softmax_scores(const float (&s)[kNTiles][4], Softmax (&softmax)[2],
                                                       float scale, Fragments& probs, float (&correction)[2]) {
   float tile_sum[2];
   correction[0] = correction[1] = 1.0f;
-  if (kGuessMax && warp_rows_have_max(softmax)) {
+  if (kGuessMax && warp_can_guess_max(softmax)) {
     const float offset[2] = {softmax[0].offset(), softmax[1].offset()};
-    exponentiate_tile(s, scale, offset, probs, tile_sum);
+    exponentiate_tile<Prescale::kNever>(s, scale, offset, probs, tile_sum);
     if (keep_guessed_tile(softmax, tile_sum)) return;
   }
   float offset[2];
   take_row_max(s, softmax, scale, offset, correction);
-  exponentiate_tile(s, scale, offset, probs, tile_sum);
+  exponentiate_tile<kPrescale>(s, scale, offset, probs, tile_sum);
   add_tile_sums(softmax, tile_sum);
 }
 
@@ -404,11 +445,11 @@ struct FragmentRows {
 
   // Masks the tile if it needs it and turns raw scores into P, packed as fp16 or E4M3 A fragments in probs (see
   // online_softmax_scores); O must then be rescaled by correction before the next P V adds to it.
-  template <bool kGuessMax, int kNTiles, class Fragments>
+  template <bool kGuessMax, Prescale kPrescale = Prescale::kAhead, int kNTiles, class Fragments>
   __device__ void probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
                                 Fragments& probs, float (&correction)[2]) {
     if (tile_needs_mask(p, key0, kNTiles * 8, first_row(lane))) mask_tile(s, row, key0, p, lane);
-    online_softmax_scores<kGuessMax>(s, softmax, score_scale, probs, correction);
+    online_softmax_scores<kGuessMax, kPrescale>(s, softmax, score_scale, probs, correction);
   }
 
   // Masks the tile if it needs it and replaces the raw scores by P in fp32, for kernels that pack P
@@ -422,24 +463,24 @@ struct FragmentRows {
     if (masked) mask_tile(s, row, key0, p, lane_now());
     float offset[2], tile_sum[2];
     correction[0] = correction[1] = 1.0f;
-    if (warp_rows_have_max(softmax)) {
+    if (warp_can_guess_max(softmax)) {
       offset[0] = softmax[0].offset(), offset[1] = softmax[1].offset();
-      exponentiate_in_place(s, score_scale, offset, tile_sum);
+      exponentiate_in_place<Prescale::kNever>(s, score_scale, offset, tile_sum);
       if (keep_guessed_tile(softmax, tile_sum)) return;
       recompute(s);
       if (masked) mask_tile(s, row, key0, p, lane_now());
     }
     take_row_max(s, softmax, score_scale, offset, correction);
-    exponentiate_in_place(s, score_scale, offset, tile_sum);
+    exponentiate_in_place<Prescale::kOwnLoop>(s, score_scale, offset, tile_sum);
     add_tile_sums(softmax, tile_sum);
   }
 
   // probabilities, then O rescaled for the tile; no P V may be in flight.
-  template <bool kGuessMax, int kNTiles, class Fragments>
+  template <bool kGuessMax, Prescale kPrescale = Prescale::kAhead, int kNTiles, class Fragments>
   __device__ void scores_to_probabilities(float (&s)[kNTiles][4], int key0, const AttentionParams& p, int lane,
                                           Fragments& probs) {
     float correction[2];
-    probabilities<kGuessMax>(s, key0, p, lane, probs, correction);
+    probabilities<kGuessMax, kPrescale>(s, key0, p, lane, probs, correction);
     rescale_rows(o, correction);
   }
 

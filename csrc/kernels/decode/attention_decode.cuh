@@ -135,7 +135,7 @@ struct DecodeWarp : DecodeRows<Cfg::kHeadDim> {
     this->scale_and_mask(s, key0, lane);
     uint32_t probs[kN / 16][4];
     float correction[2];
-    online_softmax_scores</*kGuessMax=*/false>(s, this->softmax, 1.0f, probs, correction);
+    online_softmax_scores</*kGuessMax=*/false, Prescale::kNever>(s, this->softmax, 1.0f, probs, correction);
     rescale_rows(o, correction);
     code_tile_pv<Layout, kD, kN>(o, probs, v_tile, lane);
   }

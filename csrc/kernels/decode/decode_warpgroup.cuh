@@ -174,7 +174,8 @@ struct DecodeWarpgroup : DecodeRows<Cfg::kHeadDim> {
     wgmma_wait<0>();
     pin_registers(s);
     this->template scale_and_mask</*kBranch=*/true>(s, key0, lane);
-    online_softmax_scores</*kGuessMax=*/true>(s, this->softmax, 1.0f, probs, correction);  // O is still 0
+    // O is still 0: this tile's correction has nothing to rescale.
+    online_softmax_scores</*kGuessMax=*/true, Prescale::kNever>(s, this->softmax, 1.0f, probs, correction);
     if (tiles > 1) convert(1);  // after the softmax: beside S, the D = 128 kernel spilled 12 bytes
     barrier_sync(kBarrier, Cfg::kThreads);
     for (int tile = 1; tile < tiles; ++tile) {
@@ -187,7 +188,7 @@ struct DecodeWarpgroup : DecodeRows<Cfg::kHeadDim> {
       pin_registers(o);
       pin_registers(probs);
       this->template scale_and_mask</*kBranch=*/true>(s, key0 + tile * kN, lane);
-      online_softmax_scores</*kGuessMax=*/true>(s, this->softmax, 1.0f, probs, correction);
+      online_softmax_scores</*kGuessMax=*/true, Prescale::kNever>(s, this->softmax, 1.0f, probs, correction);
       rescale_rows(o, correction);
       barrier_sync(kBarrier, Cfg::kThreads);  // the next tile's fp16 tiles are complete
     }

@@ -162,6 +162,9 @@ struct WgmmaConfig {
   // / 232.5 at 4x16x2048x128, 789.7 / 730.4 at 1x16x8192x128. wgmma_fp8 keeps K as codes, which it releases right
   // after Q K^T.
   static constexpr bool kLatePack = !kFp8Scores && !kPredecoded;
+  // How the exponentials scale S first for logits from 2^22 (fragment_softmax.cuh's Prescale: the one that fits;
+  // FragmentRows::exponentials takes its own loop).
+  static constexpr Prescale kPrescale = kFp8Scores ? Prescale::kAhead : Prescale::kOwnLoop;
   static constexpr int kGroupThreads = 128;  // a consumer warpgroup
   static constexpr int kConsumerThreads = kGroupThreads * kConsumerGroups, kProducerThreads = 128;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -704,9 +707,9 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
 
   // A split unit's end: groups 1 and 2 leave their O, row max and lane row sums in `partials` (per warp and
   // float4, lane-major: conflict-free) and return false; group 0 merges them into its own, M = max m_g,
-  // O = sum O_g 2^(m_g - M), sum = sum sum_g 2^(m_g - M) (a group that saw nothing of a row has m_g = -inf and
-  // weight 0), and returns true to store the rows. The max is the same on the lanes of a quad, so the lane sums
-  // merge before finish_rows reduces them.
+  // O = sum O_g 2^(f_g - F), sum = sum sum_g 2^(f_g - F) with f and F the exp2 offsets of m_g and M (a group that
+  // saw nothing of a row has m_g = -inf and weight 0), and returns true to store the rows. The max is the same on
+  // the lanes of a quad, so the lane sums merge before finish_rows reduces them.
   __device__ bool merge_split_groups(float* partials, int group, int lane) {
     constexpr int kFloats = Cfg::kPartialFloats, kOFloats = kD / 2;
     static_assert(kFloats == kOFloats + 4 && kFloats % 4 == 0, "O, then max and sum of both rows");
@@ -730,8 +733,9 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const float merged = fmaxf(this->softmax[r].max, max[r]);
-        mine[r] = merged == -INFINITY ? 1.0f : exp2f(this->softmax[r].max - merged);
-        theirs[r] = max[r] == -INFINITY ? 0.0f : exp2f(max[r] - merged);
+        const float reference = Cfg::Softmax::offset_of(merged);
+        mine[r] = merged == -INFINITY ? 1.0f : exp2f(this->softmax[r].offset() - reference);
+        theirs[r] = max[r] == -INFINITY ? 0.0f : exp2f(Cfg::Softmax::offset_of(max[r]) - reference);
         this->softmax[r].max = merged;
         this->softmax[r].sum = this->softmax[r].sum * mine[r] + sum[r] * theirs[r];
       }
@@ -768,7 +772,7 @@ __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, 
     pin_registers(s);
     const bool refilled = Bars::refilled(tile, tiles);
     if (refilled) barrier_arrive(Bars::codes_free(slot), kConsumers + Cfg::kProducerThreads);
-    w.template scores_to_probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, a);
+    w.template scores_to_probabilities</*kGuessMax=*/true, Cfg::kPrescale>(s, tile * kN, p, lane, a);
     wgmma_fence();
     w.issue_output(a, slot);
     wgmma_wait<0>();
@@ -887,7 +891,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   pin_registers(s);
   if constexpr (Cfg::kQCodesForHalves) pin_registers(w.q_halves);
   free_codes(0, 0);
-  w.template scores_to_probabilities</*kGuessMax=*/true>(s, 0, p, lane, a);
+  w.template scores_to_probabilities</*kGuessMax=*/true, Cfg::kPrescale>(s, 0, p, lane, a);
   wait_for_values(0, 0);  // landed during the softmax
   int slot = 0;  // tile % kStages, counted rather than divided
   for (int tile = 1; tile < group_tiles; ++tile) {
@@ -921,7 +925,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
       pack_probabilities(s, a);
     } else {
       typename Cfg::Probabilities next;
-      w.template probabilities</*kGuessMax=*/true>(s, tile * kN, p, lane, next, correction);
+      w.template probabilities</*kGuessMax=*/true, Cfg::kPrescale>(s, tile * kN, p, lane, next, correction);
       finish_output();
       replace_fragments(a, next);
     }
