@@ -26,8 +26,8 @@ def worst_errors(errors_path):
         w["cases"] += 1
         w["min_sqnr_db"] = min(w["min_sqnr_db"], r.get("sqnr_db", float("inf")))
         w["max_abs"] = max(w["max_abs"], r.get("max_abs", 0.0))
-        if "lse_max_abs" in r:
-            w["lse_max_abs"] = max(w.get("lse_max_abs", 0.0), r["lse_max_abs"])
+        if "lse_of_gate" in r:
+            w["lse_of_gate"] = max(w.get("lse_of_gate", 0.0), r["lse_of_gate"])
         if "mean_abs" in r:
             w["max_mean_abs"] = max(w.get("max_mean_abs", 0.0), r["mean_abs"])
     return worst
@@ -47,11 +47,11 @@ def main():
     counts = test_counts(args.junit)
     print(f"tests: {counts['passed']} passed, {counts['failures'] + counts['errors']} failed, "
           f"{counts['skipped']} skipped")
-    print("| reference | device | checks | worst SQNR dB | max abs | worst mean abs | worst lse abs |")
+    print("| reference | device | checks | worst SQNR dB | max abs | worst mean abs | worst lse / its gate |")
     print("|---|---|---|---|---|---|---|")
     for (reference, device), w in sorted(worst_errors(args.errors).items()):
         mean = f"{w['max_mean_abs']:.4f}" if "max_mean_abs" in w else "-"
-        lse = f"{w['lse_max_abs']:.2e}" if "lse_max_abs" in w else "-"
+        lse = f"{w['lse_of_gate']:.2f}" if "lse_of_gate" in w else "-"
         print(f"| {reference} | {device} | {w['cases']} | {w['min_sqnr_db']:.1f} | {w['max_abs']:.4f} | {mean} | {lse} |")
     for result in bench.get("results", []):
         shape = "x".join(map(str, result["shape"])) + (" causal" if result["causal"] else "")

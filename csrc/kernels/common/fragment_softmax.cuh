@@ -99,9 +99,9 @@ constexpr float kPrescaledFrom = 0x1p22f;
 // max was guessed, which warp_can_guess_max allows only below kPrescaledFrom), or in one of two code shapes that
 // give the same P and differ in registers and time: in place ahead of the one loop (then with scale 1), or in a loop
 // of its own. Ahead is the default; its own loop where ahead spilled, `wgmma+predecode` at D = 128 and the kernels
-// that exponentiate in place (FragmentRows::exponentials: `wgmma`, `wgmma_m192`) 4 bytes each. Its own loop
-// everywhere made the mma.sync kernels at D = 256 spill 12 bytes (nvcc 13.0, sm_90a), and `wgmma_fp8+fp8_pv` at
-// 4x16x2048x128 2.6% slower (ncu, H100: 225.7 against 219.9 us; ahead 224.3 against 223.5 in another run).
+// that exponentiate in place (FragmentRows::exponentials: `wgmma`, `wgmma_m192`) 4 bytes each. Its own loop made
+// the mma.sync kernels at D = 256 spill 12 bytes (nvcc 13.0, sm_90a), and `wgmma_fp8+fp8_pv` at 4x16x2048x128 2.6%
+// slower (ncu, H100: 225.7 against 219.9 us; ahead 224.3 against 223.5 in another run).
 enum class Prescale { kNever, kAhead, kOwnLoop };
 
 // S = exp2(S * scale - offset[row]) in place, in fp32, and the sum of the lane's part of each row; one FFMA and
