@@ -148,10 +148,10 @@ def check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant="auto")
     lse_diff = (lse.double() - ref_lse).abs()
     lse_gate = g.lse_atol + g.lse_rtol * ref_lse.abs()
     lse_excess = (lse_diff - lse_gate).max().item()
-    # lse's error also as the share of its gate it takes: beside lse of 2^100 (test_huge_logits) the absolute error
-    # of ordinary rows would not show.
-    record_error(f"kernel-{tier_of(variant)}", sqnr_db=sqnr, lse_max_abs=lse_diff.max().item(),
-                 lse_of_gate=(lse_diff / lse_gate).max().item(), max_abs=abs_errors(out, ref_out)[0])
+    # lse's error as the share of its gate it takes: beside lse of 2^100 (test_huge_logits) an absolute error of
+    # ordinary rows would not show.
+    record_error(f"kernel-{tier_of(variant)}", sqnr_db=sqnr, lse_of_gate=(lse_diff / lse_gate).max().item(),
+                 max_abs=abs_errors(out, ref_out)[0])
     assert sqnr >= g.kernel_sqnr_db, f"{variant}: kernel SQNR {sqnr:.1f} dB < {g.kernel_sqnr_db} dB"
     assert lse_excess <= 0, f"{variant}: lse error exceeds {g.lse_atol} + {g.lse_rtol:.1e} * |lse| by {lse_excess:.2e}"
 
@@ -247,10 +247,10 @@ def test_special_inputs(device, kind, is_causal, record_error):
 # causal (a max that moves across key tiles; the amplified rows see 41 to 56 keys), and decode over all 300 keys:
 # lse then carries the fp32 rounding of the max score, within the gate's 8 ulp where it is the largest of many (a
 # row that sees one key carries that score's cancellation, 2^-16.5 of it in top-left causal decode on the CPU). The
-# GPU kernels take P = exp2(S * scale - offset), the
-# offset being the row max times the scale, rounded: from 2^22 the warp scales S first (kPrescaledFrom,
-# fragment_softmax.cuh), since the offset's rounding, carried into the exponent, overflowed P (inf or NaN rows from
-# 2^28 on the H100). Such a row's softmax is one key, which float64 attention on the same codes gives too.
+# GPU kernels take P = exp2(S * scale - offset), the offset being the row max times the scale, rounded: from 2^22
+# the warp scales S first (kPrescaledFrom, fragment_softmax.cuh), since the offset's rounding, carried into the
+# exponent, overflowed P (inf or NaN rows from 2^28 on the H100). Such a row's softmax is one key, which float64
+# attention on the same codes gives too.
 HUGE_LOGIT_CASES = [(1, 2, 2, 80, 96, 64, False), (1, 4, 2, 200, 700, 128, True), (1, 8, 2, 5, 300, 128, False)]
 
 

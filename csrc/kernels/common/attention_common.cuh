@@ -166,8 +166,8 @@ struct ScaledRowSoftmax {
   float max = -INFINITY;
   float sum = 0.0f;
 
-  // The exp2 offset of a row whose max is `row_max`: P = exp2(score - offset). Rounded once the max passes 2^25
-  // (ulp 4), so that whatever weighs one row's P against another's (the correction below, the merges of split
+  // The exp2 offset of a row whose max is `row_max`: P = exp2(score - offset). Rounded once the max passes 2^26
+  // (ulp 8), so that whatever weighs one row's P against another's (the correction below, the merges of split
   // partials) takes differences of offsets, not of maxima.
   __device__ __forceinline__ static float offset_of(float row_max) { return row_max - kScaleLog2; }
   // The exp2 offset of a tile that keeps the max (a row with a max).

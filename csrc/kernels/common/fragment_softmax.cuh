@@ -109,7 +109,7 @@ enum class Prescale { kNever, kAhead, kOwnLoop };
 // max score's own product exactly, so the max's P is 2^(its rounding error), up to half an ulp of the offset:
 // below kPrescaledFrom (ulp 0.5) at most 2^0.125, but 2^16 at 2^28, inf in fp16. Where any row of the warp
 // reaches it, S is scaled first, with the same rounding as the max, so that the max's P is 2^kScaleLog2 (up to
-// 2^(2 kScaleLog2) where the offset itself rounds, past 2^25); the other P keep the rounding of their logits,
+// 2^(2 kScaleLog2) where the offset itself rounds, past 2^26); the other P keep the rounding of their logits,
 // fp32's resolution there (2^-24 of the logit, as in the scalar kernel and torch's fp32 math).
 template <Prescale kPrescale, int kNTiles>
 __device__ __forceinline__ void exponentiate_in_place(float (&s)[kNTiles][4], float scale, const float (&offset)[2],
