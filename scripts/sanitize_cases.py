@@ -77,16 +77,20 @@ def main(names):
         v8, vs = sdpa_ext.quantize_fp8(v.bfloat16(), torch.ones(b, hkv, device="cuda"))
         built = sdpa_ext.variant_names(sdpa_ext.device_arch(), d)
         for variant in (name for name in variants if name in built):
-            for out_dtype in (torch.float16, torch.bfloat16):
-                out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, out_dtype=out_dtype,
-                                              variant=variant)
-                assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d)
+            # Both output dtypes, and on the one-batch shapes logits of ~2^40 in log2 units (q's scale times
+            # 2^40), where the warps scale S before their exponentials (fragment_softmax.cuh's Prescale) and the
+            # split merges weigh partial rows by differences of huge offsets.
+            runs = [(torch.float16, 1.0), (torch.bfloat16, 1.0)] + ([(torch.float16, 2.0**40)] if b == 1 else [])
+            for out_dtype, amplify in runs:
+                out, _ = sdpa_ext.fp8_forward(q8, k8, v8, qs * amplify, ks, vs, is_causal=causal,
+                                              out_dtype=out_dtype, variant=variant)
+                assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d, amplify)
     if "decode" in variants:
         run_decode_cases()
     if not names:
         run_quantize_cases()
     torch.cuda.synchronize()
-    print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes")
+    print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes (and huge logits on B = 1)")
 
 
 if __name__ == "__main__":
