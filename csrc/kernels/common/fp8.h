@@ -97,6 +97,21 @@ __device__ __forceinline__ uint16_t encode_e4m3x2(float q0, float q1) {
   return static_cast<uint16_t>(float_to_e4m3(q0) | (float_to_e4m3(q1) << 8));
 #endif
 }
+// Four quotients as the codes of one word, q0 in the low byte. On sm_89 and later the two pairs' halves join in PTX
+// (mov.b32 {lo, hi}), which ptxas folds into the second cvt: two instructions a word, where joining two
+// encode_e4m3x2 results took a byte permute (and zero extensions) more (nvcc 13.0, sm_90a).
+__device__ __forceinline__ uint32_t encode_e4m3x4(float q0, float q1, float q2, float q3) {
+#if __CUDA_ARCH__ >= 890
+  uint32_t word;
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(word)
+      : "f"(q0), "f"(q1), "f"(q2), "f"(q3));
+  return word;
+#else
+  return encode_e4m3x2(q0, q1) | (static_cast<uint32_t>(encode_e4m3x2(q2, q3)) << 16);
+#endif
+}
 #endif
 
 // scale[b, h] = amax / 448, or 1 for a head of zeros (so that decoding is still x = code * scale).

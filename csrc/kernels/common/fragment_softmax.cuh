@@ -53,7 +53,7 @@ __device__ __forceinline__ uint4 encode_q_values(const uint4 (&values)[2], const
     float x[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = to_float(elems[e]);
-    divisor.encode(x, *reinterpret_cast<uint16_t(*)[4]>(&codes[2 * h]));
+    divisor.encode(x, *reinterpret_cast<uint32_t(*)[2]>(&codes[2 * h]));
   }
   return make_uint4(codes[0] ^ sign, codes[1] ^ sign, codes[2] ^ sign, codes[3] ^ sign);
 }
@@ -168,7 +168,7 @@ __device__ __forceinline__ void pack_probabilities(const float (&p)[kNTiles][4],
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       probs[nt / 4][2 * (nt / 2 % 2) + r] =
-          pack_e4m3x4(p[nt][2 * r], p[nt][2 * r + 1], p[nt + 1][2 * r], p[nt + 1][2 * r + 1]);
+          encode_e4m3x4(p[nt][2 * r], p[nt][2 * r + 1], p[nt + 1][2 * r], p[nt + 1][2 * r + 1]);
     }
   }
 }

@@ -151,14 +151,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_half2(uint16_t codes) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// Four floats as the E4M3 codes of one word, `a` in the low byte: rounded to nearest even, saturating at 448 (one
-// cvt per pair on sm_89+).
-__device__ __forceinline__ uint32_t pack_e4m3x4(float a, float b, float c, float d) {
-  const uint32_t low = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t high = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return __byte_perm(low, high, 0x5410);
-}
-
 // The upper two codes (bytes 2 and 3) of a word to two fp16 values. The cvt reads the upper half of the register
 // itself; the shift that e4m3x2_to_half2(codes >> 16) compiles to costs one instruction per pair.
 __device__ __forceinline__ uint32_t e4m3x2_high_to_half2(uint32_t codes) {

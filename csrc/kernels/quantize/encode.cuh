@@ -39,12 +39,13 @@ __device__ __forceinline__ float vector_amax(const uint4& v) {
   }
 }
 
-// The codes of x / scale by IEEE division, pairwise.
+// The codes of x / scale by IEEE division, four to a word.
 template <int kVec>
-__device__ __forceinline__ void divide_pairs(const float (&x)[kVec], float scale, uint16_t (&pairs)[kVec / 2]) {
+__device__ __forceinline__ void divide_words(const float (&x)[kVec], float scale, uint32_t (&words)[kVec / 4]) {
 #pragma unroll
-  for (int e = 0; e < kVec / 2; ++e) {
-    pairs[e] = encode_e4m3x2(__fdiv_rn(x[2 * e], scale), __fdiv_rn(x[2 * e + 1], scale));
+  for (int w = 0; w < kVec / 4; ++w) {
+    words[w] = encode_e4m3x4(__fdiv_rn(x[4 * w], scale), __fdiv_rn(x[4 * w + 1], scale),
+                             __fdiv_rn(x[4 * w + 2], scale), __fdiv_rn(x[4 * w + 3], scale));
   }
 }
 
@@ -76,15 +77,18 @@ struct E4m3Divisor {
     return __fmaf_rn(-__fmaf_rn(q, scale, -x), inverse, q);
   }
 
-  // The codes of x / scale, pairwise (encode_e4m3x2), kVec even.
+  // The codes of x / scale, four to a word (encode_e4m3x4), kVec a multiple of 4.
   template <int kVec>
-  __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
+  __device__ __forceinline__ void encode(const float (&x)[kVec], uint32_t (&words)[kVec / 4]) const {
     if (inverse == 0.0f) {
-      divide_pairs(x, scale, pairs);
+      divide_words(x, scale, words);
       return;
     }
 #pragma unroll
-    for (int e = 0; e < kVec / 2; ++e) pairs[e] = encode_e4m3x2(quotient(x[2 * e]), quotient(x[2 * e + 1]));
+    for (int w = 0; w < kVec / 4; ++w) {
+      words[w] = encode_e4m3x4(quotient(x[4 * w]), quotient(x[4 * w + 1]), quotient(x[4 * w + 2]),
+                               quotient(x[4 * w + 3]));
+    }
   }
 };
 
@@ -96,9 +100,12 @@ struct E4m3PowerOfTwoDivisor {
   __device__ explicit E4m3PowerOfTwoDivisor(float scale) { inverse = __frcp_rn(scale); }
 
   template <int kVec>
-  __device__ __forceinline__ void encode(const float (&x)[kVec], uint16_t (&pairs)[kVec / 2]) const {
+  __device__ __forceinline__ void encode(const float (&x)[kVec], uint32_t (&words)[kVec / 4]) const {
 #pragma unroll
-    for (int e = 0; e < kVec / 2; ++e) pairs[e] = encode_e4m3x2(x[2 * e] * inverse, x[2 * e + 1] * inverse);
+    for (int w = 0; w < kVec / 4; ++w) {
+      words[w] = encode_e4m3x4(x[4 * w] * inverse, x[4 * w + 1] * inverse, x[4 * w + 2] * inverse,
+                               x[4 * w + 3] * inverse);
+    }
   }
 };
 
@@ -109,12 +116,12 @@ __device__ __forceinline__ void store_codes(uint8_t* codes, const float (&x)[kVe
   if constexpr (kVec == 1) {
     *codes = quantize_e4m3(x[0], divisor.scale);
   } else {
-    uint16_t pairs[kVec / 2];
-    divisor.encode(x, pairs);
+    uint32_t words[kVec / 4];
+    divisor.encode(x, words);
     if constexpr (kVec == 8) {
-      *reinterpret_cast<uint2*>(codes) = *reinterpret_cast<const uint2*>(pairs);
+      *reinterpret_cast<uint2*>(codes) = make_uint2(words[0], words[1]);
     } else {
-      *reinterpret_cast<uint32_t*>(codes) = *reinterpret_cast<const uint32_t*>(pairs);
+      *reinterpret_cast<uint32_t*>(codes) = words[0];
     }
   }
 }
