@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Small calls of every CUDA variant (or of the variants named on the command line) and of quantization, for
-compute-sanitizer (scripts/sanitize.sh)."""
+"""Small calls of every CUDA variant (or of the variants named on the command line) and of quantization (or of it
+alone: `quantize`), for compute-sanitizer (scripts/sanitize.sh)."""
 
 import sys
 
@@ -67,9 +67,11 @@ def run_quantize_cases():
 
 
 def main(names):
-    variants = names or sdpa_ext.variant_names(sdpa_ext.device_arch())
+    """names: variants, and `quantize` for the quantizer's cases; none: every variant and the quantizer."""
+    variants = [name for name in names if name != "quantize"] if names else sdpa_ext.variant_names(
+        sdpa_ext.device_arch())
     gen = torch.Generator().manual_seed(0)
-    for b, hq, hkv, sq, sk, d, causal in CASES:
+    for b, hq, hkv, sq, sk, d, causal in CASES if variants else []:
         q = torch.randn(b, hq, sq, d, generator=gen).half().cuda()
         k = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
         v = torch.randn(b, hkv, sk, d, generator=gen).half().cuda()
@@ -87,7 +89,7 @@ def main(names):
                 assert bool(torch.isfinite(out).all()), (variant, b, hq, sq, sk, d, amplify)
     if "decode" in variants:
         run_decode_cases()
-    if not names:
+    if not names or "quantize" in names:
         run_quantize_cases()
     torch.cuda.synchronize()
     print(f"ran {len(CASES)} shapes x {len(variants)} variants x 2 output dtypes (and huge logits on B = 1)")
