@@ -39,13 +39,13 @@ __device__ __forceinline__ float vector_amax(const uint4& v) {
   }
 }
 
-// The codes of x / scale by IEEE division, four to a word.
-template <int kVec>
-__device__ __forceinline__ void divide_words(const float (&x)[kVec], float scale, uint32_t (&words)[kVec / 4]) {
+// The codes of quotient(x[i]), four to a word (encode_e4m3x4), kVec a multiple of 4: the divisors' one loop.
+template <int kVec, class Quotient>
+__device__ __forceinline__ void encode_words(const float (&x)[kVec], uint32_t (&words)[kVec / 4], Quotient quotient) {
 #pragma unroll
   for (int w = 0; w < kVec / 4; ++w) {
-    words[w] = encode_e4m3x4(__fdiv_rn(x[4 * w], scale), __fdiv_rn(x[4 * w + 1], scale),
-                             __fdiv_rn(x[4 * w + 2], scale), __fdiv_rn(x[4 * w + 3], scale));
+    words[w] = encode_e4m3x4(quotient(x[4 * w]), quotient(x[4 * w + 1]), quotient(x[4 * w + 2]),
+                             quotient(x[4 * w + 3]));
   }
 }
 
@@ -77,17 +77,13 @@ struct E4m3Divisor {
     return __fmaf_rn(-__fmaf_rn(q, scale, -x), inverse, q);
   }
 
-  // The codes of x / scale, four to a word (encode_e4m3x4), kVec a multiple of 4.
+  // The codes of x / scale, four to a word.
   template <int kVec>
   __device__ __forceinline__ void encode(const float (&x)[kVec], uint32_t (&words)[kVec / 4]) const {
     if (inverse == 0.0f) {
-      divide_words(x, scale, words);
-      return;
-    }
-#pragma unroll
-    for (int w = 0; w < kVec / 4; ++w) {
-      words[w] = encode_e4m3x4(quotient(x[4 * w]), quotient(x[4 * w + 1]), quotient(x[4 * w + 2]),
-                               quotient(x[4 * w + 3]));
+      encode_words(x, words, [&](float v) { return __fdiv_rn(v, scale); });  // IEEE division
+    } else {
+      encode_words(x, words, [&](float v) { return quotient(v); });
     }
   }
 };
@@ -101,11 +97,7 @@ struct E4m3PowerOfTwoDivisor {
 
   template <int kVec>
   __device__ __forceinline__ void encode(const float (&x)[kVec], uint32_t (&words)[kVec / 4]) const {
-#pragma unroll
-    for (int w = 0; w < kVec / 4; ++w) {
-      words[w] = encode_e4m3x4(x[4 * w] * inverse, x[4 * w + 1] * inverse, x[4 * w + 2] * inverse,
-                               x[4 * w + 3] * inverse);
-    }
+    encode_words(x, words, [&](float v) { return v * inverse; });
   }
 };
 
