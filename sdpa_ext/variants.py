@@ -34,11 +34,12 @@ class Variant:
     head_dims: Tuple[int, ...] = HEAD_DIMS
     aligned_rows: bool = False  # needs q/k/v rows 16-byte aligned (data_ptr and strides); 'auto' falls back
     wide_builds: Tuple[str, ...] = ()  # builds that take WIDE_HEAD_DIMS where head_dims does not
+    bare: bool = True  # the base name is built on its own, not only with a toggle
 
     def builds(self) -> List[str]:
-        """Every built name: the base name, then each subset of toggles in sorted order."""
+        """Every built name: the base name (if bare), then each subset of toggles in sorted order."""
         toggles = sorted(self.toggles)
-        return ["+".join((self.name, *combo)) for n in range(len(toggles) + 1)
+        return ["+".join((self.name, *combo)) for n in range(0 if self.bare else 1, len(toggles) + 1)
                 for combo in itertools.combinations(toggles, n)]
 
     def build_head_dims(self, build: str) -> Tuple[int, ...]:
@@ -92,6 +93,11 @@ _VARIANTS = (
     Variant("wgmma_fp8_m64", 7, "fast", ("fp8_pv",), "wgmma_fp8 with 64-row query tiles: one consumer "
             "warpgroup and two blocks per SM, so that one block's start and end overlap the other's key loop "
             "(short heads); 64-key tiles at D = 128", archs=HOPPER_ARCHS, aligned_rows=True),
+    Variant("wgmma_fp8_m192", 7, "fast", ("fp8_pv",), "wgmma_fp8+fp8_pv with 192-row query tiles at D = 64, "
+            "as wgmma_m192: three consumer warpgroups of 160 registers (Q codes, 8 registers, stay in them), no "
+            "turns, the last wave split into 64-row units, each group stopping after its own rows' key tiles; at "
+            "D = 128 the `wgmma_fp8+fp8_pv` kernel. Built with fp8_pv only: with fp16 P three groups spill",
+            archs=HOPPER_ARCHS, aligned_rows=True, bare=False),
     Variant("decode", 8, "full", (), "few query rows against many keys (token generation, speculative decoding, a "
             "chunk against a cache): the query heads of a kv head packed into one tile's rows, so K and V are read "
             "once per kv head; the keys split across the GPU (flash-decoding) and merged through their lse; fp16 "

@@ -1,5 +1,7 @@
 """The ops as PyTorch sees them: opcheck, torch.compile, CUDA graphs, the variant list."""
 
+import re
+
 import pytest
 import torch
 
@@ -104,7 +106,7 @@ def test_variants_listing():
     for v in listed:
         assert v.tier in TIERS and v.description and set(v.head_dims) >= {64, 128}
         assert set(v.archs) <= {"sm_80", "sm_89", "sm_90"} and v.archs
-        assert v.name in names and all(f"{v.name}+{t}" in names for t in v.toggles)
+        assert (v.name in names) == v.bare and all(f"{v.name}+{t}" in names for t in v.toggles)
         assert all(t in TOGGLE_DESCRIPTIONS for t in v.toggles)
 
 
@@ -123,8 +125,9 @@ def test_variants_refuse_older_archs():
     arch = sdpa_ext.device_arch()
     for v in sdpa_ext.variants():
         if arch not in v.archs:
-            with pytest.raises(RuntimeError, match=f"variant '{v.name}' needs sm_"):
-                sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=v.name)
+            name = v.builds()[0]
+            with pytest.raises(RuntimeError, match=f"variant '{re.escape(name)}' needs sm_"):
+                sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant=name)
 
 
 @requires_cuda
@@ -145,9 +148,10 @@ def test_unaligned_rows_fall_back_or_explain():
     shifted.copy_(k8.view(torch.uint8))
     expected = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, variant="scalar")
     assert torch.equal(sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs)[0], expected[0])  # auto falls back
-    unaligned = [v.name for v in sdpa_ext.variants() if v.aligned_rows and sdpa_ext.device_arch() in v.archs]
+    unaligned = [v.builds()[0] for v in sdpa_ext.variants() if v.aligned_rows and sdpa_ext.device_arch() in v.archs]
     for name in unaligned:
-        with pytest.raises(RuntimeError, match=f"variant '{name}' needs q, k and v rows aligned to 16 bytes"):
+        expected_error = f"variant '{re.escape(name)}' needs q, k and v rows aligned to 16 bytes"
+        with pytest.raises(RuntimeError, match=expected_error):
             sdpa_ext.fp8_forward(q8, shifted, v8, qs, ks, vs, variant=name)
 
 

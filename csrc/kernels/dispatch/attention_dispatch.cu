@@ -52,6 +52,8 @@ constexpr VariantEntry kVariants[] = {
     {"wgmma_fp8_m64", &launch_wgmma_fp8_m64, true, 90, 90, true, 128},
     {"wgmma_fp8_m64+fp8_pv", &launch_wgmma_fp8_m64_fp8_pv, true, 90, 90, true, 128},
     {"wgmma_fp8+fp8_pv", &launch_wgmma_fp8_fp8_pv, true, 90, 90, true, 128, &transposed_values_workspace_bytes},
+    {"wgmma_fp8_m192+fp8_pv", &launch_wgmma_fp8_m192_fp8_pv, true, 90, 90, true, 128,
+     &transposed_values_workspace_bytes},
     {"decode", &launch_decode, true, 80, 0, false, kWideHeadDim, &decode_workspace_bytes, true},
     {"decode_wgmma", &launch_decode_wgmma, true, 90, 90, false, kWideHeadDim, &decode_wgmma_workspace_bytes, true},
 };

@@ -32,6 +32,7 @@ cudaError_t launch_wgmma(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_predecode(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_fp8(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_m192(const AttentionParams&, cudaStream_t);
+cudaError_t launch_wgmma_fp8_m192_fp8_pv(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_fp8_m64(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_fp8_fp8_pv(const AttentionParams&, cudaStream_t);
 cudaError_t launch_wgmma_fp8_m64_fp8_pv(const AttentionParams&, cudaStream_t);

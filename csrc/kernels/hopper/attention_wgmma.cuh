@@ -18,6 +18,8 @@
 //   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
 //              shared memory, the last wave split (WgmmaJob), and each group stopping after its own rows' key tiles
 //              (kGroupTiles): 4x16x2048x64 148.5 against 165.9 us, causal 94.2 against 102.1 (H200, same run).
+//   wgmma_fp8_m192+fp8_pv  `wgmma_fp8+fp8_pv` the same way at D = 64 (three groups, no turns, split tail, group
+//              tiles), with Q's codes in registers (8 of them): FlashAttention-3's 192-row FP8 tiles at D = 64.
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -107,9 +109,10 @@ struct WgmmaConfig {
   // one code slot was slower (168.8 / 172.8 at 4x16x2048x64): the producers then wait for each copy.
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kConsumerGroups = kConsumerGroups_;
-  static_assert(kConsumerGroups == 2 || (kConsumerGroups == 3 && kHeadDim == 64 && !kFp8Scores && !kPredecoded) ||
+  static_assert(kConsumerGroups == 2 ||
+                    (kConsumerGroups == 3 && kHeadDim == 64 && !kPredecoded && kFp8Output == kFp8Scores) ||
                     (kConsumerGroups == 1 && kFp8Scores),
-                "three consumer groups: `wgmma` at D = 64; one: `wgmma_fp8[+fp8_pv]`");
+                "three consumer groups: `wgmma` or `wgmma_fp8+fp8_pv` at D = 64; one: `wgmma_fp8[+fp8_pv]`");
   // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
   // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
   // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s,
@@ -131,13 +134,13 @@ struct WgmmaConfig {
   // refill has a tile's time to land, and a wait for each tile's V cost 2432 against 2367 cycles per tile at
   // D = 128: load_half_tiles.)
   static constexpr bool kSeparateValues = kPredecoded && kStages == 2;
-  // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short), no turns (the named
-  // barriers run out), and the last wave's blocks split into units of 64 rows whose keys the groups share. At 160
-  // registers the consumers fit only with the guessed row max (the exact max first: 169 against 154 us at
-  // 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers at 32 decode 2 rows per batch (4
-  // spilled 4 bytes).
+  // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short; wgmma_fp8's codes take
+  // 8 and stay in registers), no turns (the named barriers run out), and the last wave's blocks split into units of
+  // 64 rows whose keys the groups share. At 160 registers the consumers fit only with the guessed row max (the
+  // exact max first: 169 against 154 us at 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers
+  // at 32 decode 2 rows per batch (4 spilled 4 bytes).
   static constexpr bool kTurns = kConsumerGroups == 2;
-  static constexpr bool kQInSmem = kConsumerGroups == 3 || kWide;
+  static constexpr bool kQInSmem = (kConsumerGroups == 3 && !kFp8Scores) || kWide;
   static constexpr bool kSplitTail = kConsumerGroups == 3;
   // Each group stops after the key tiles of its own 64 rows (consume_tiles), where the block's tile count is that
   // of its last row: 192 rows span one and a half 128-key tiles, so on a causal diagonal the first group needs one
