@@ -150,8 +150,8 @@ def check_kernel_error(out, lse, ref_out, ref_lse, record_error, variant="auto")
     lse_excess = (lse_diff - lse_gate).max().item()
     # lse's error as the share of its gate it takes: beside lse of 2^100 (test_huge_logits) an absolute error of
     # ordinary rows would not show.
-    record_error(f"kernel-{tier_of(variant)}", sqnr_db=sqnr, lse_of_gate=(lse_diff / lse_gate).max().item(),
-                 max_abs=abs_errors(out, ref_out)[0])
+    record_error(f"kernel-{tier_of(variant)}", variant=variant, sqnr_db=sqnr,
+                 lse_of_gate=(lse_diff / lse_gate).max().item(), max_abs=abs_errors(out, ref_out)[0])
     assert sqnr >= g.kernel_sqnr_db, f"{variant}: kernel SQNR {sqnr:.1f} dB < {g.kernel_sqnr_db} dB"
     assert lse_excess <= 0, f"{variant}: lse error exceeds {g.lse_atol} + {g.lse_rtol:.1e} * |lse| by {lse_excess:.2e}"
 
@@ -160,8 +160,8 @@ def check_end_to_end_error(out, exact_out, sdpa_out, record_error, variant="auto
     g = gates_for(variant)
     max_abs, mean_abs = abs_errors(out, sdpa_out)
     exact_max_abs, _ = abs_errors(exact_out, sdpa_out)
-    record_error(f"end_to_end-{tier_of(variant)}", max_abs=max_abs, mean_abs=mean_abs, exact_max_abs=exact_max_abs,
-                 sqnr_db=sqnr_db(out, sdpa_out))
+    record_error(f"end_to_end-{tier_of(variant)}", variant=variant, max_abs=max_abs, mean_abs=mean_abs,
+                 exact_max_abs=exact_max_abs, sqnr_db=sqnr_db(out, sdpa_out))
     limit = g.end_to_end_factor * exact_max_abs + g.end_to_end_floor
     assert max_abs <= limit, f"{variant}: max_abs {max_abs:.4f} > {limit:.4f} (exact-on-FP8 {exact_max_abs:.4f})"
     assert mean_abs <= 0.02, f"{variant}: mean_abs {mean_abs:.4f} > 0.02"

@@ -275,11 +275,9 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 183.6 / 200.1, 198.1; causal 109.8, 110.7 / 124.9, 125.0; 1x16x8192x128 644.5, 654.8 / 722.4, 730.0. (Before:
 // `wgmma_fp8` against `wgmma+predecode`, H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128
 // 917.5 against 1441.0.) Its P in E4M3 keeps 3 mantissa bits (output SQNR about 31.5 dB against float64 on random
-// inputs where `wgmma_fp8` keeps 45-73), which the fast tier's 30 dB gate admits over the test grid. Where auto
-// takes `wgmma_m192` it keeps it: 148.5 against 165.6 us for `wgmma_fp8` at 4x16x2048x64, causal 94.2 against
-// 99.7; closest at causal 8x16x1024x64, 66.1 against 65.6 (2026-11-22).
-// Up to 1024 keys at D = 64 it takes `wgmma_fp8_m64` wherever auto takes a Hopper kernel: there each block is
-// mostly its start and end, which its two blocks per SM overlap. Graph us, wgmma_fp8_m64 / wgmma_fp8 / wgmma_m192 /
+// inputs where `wgmma_fp8` keeps 45-73), which the fast tier's 30 dB gate admits over the test grid.
+// Up to 1024 keys at D = 64 it takes `wgmma_fp8_m64` wherever auto takes a Hopper kernel and the 192-row blocks
+// (below) do not pay: there each block is mostly its start and end, which its two blocks per SM overlap. Graph us, wgmma_fp8_m64 / wgmma_fp8 / wgmma_m192 /
 // cuDNN, H100, 2026-11-26, two runs of 3 interleaved rounds: 32x12x197x64 32.8 / 34.2 / 40.9 / 26.3,
 // 32x16x257x64 62.1 / 78.5 / 69.1 / 61.5, 8x16x512x64 30.0 / 31.3 / 32.6 / 27.2, 32x16x577x64 157.3 / 172.3 /
 // 174.3 / 147.9, 4x16x768x64 28.7 / 29.9 / 28.4 / 27.2, 16x16x1024x64 168.4 / 186.4 / 175.4 / 158.9; causal
@@ -294,10 +292,29 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // +fp8_pv / cuDNN, H100, 2026-11-27, 3 interleaved rounds: 32x16x257x128 77.6 / 69.2 / 82.5, 16x16x385x128
 // 68.3 / 59.2 / 71.1, 16x16x320x128 41.6 / 37.5 / 46.1. At D = 64 not: 32x12x197x64 33.2 / 33.2 / 27.3,
 // 32x16x577x64 154.9 / 160.1 / 149.5, 8x16x512x64 29.4 / 28.5 / 26.9, 16x16x1024x64 171.8 / 161.6 / 161.2.
+// At D = 64 `wgmma_fp8_m192+fp8_pv` (wgmma_fp8+fp8_pv in 192-row blocks, three consumer groups) is 12-17% faster
+// than every other fast kernel wherever its blocks fill the GPU twice, from 577 keys, or once from 2048 keys (its
+// last wave splits into 64-row units); with one to two waves of 1024 keys, and below 577 keys unmeasured, the
+// 64-row blocks stay. Graph us, wgmma_fp8_m64 / wgmma_fp8+fp8_pv / wgmma_m192 / wgmma_fp8_m192+fp8_pv / cuDNN, H100,
+// 2026-11-28, 3 interleaved rounds (blocks of 192 rows in brackets, 132 SMs): 4x16x2048x64 (704) 153.9 / 154.2 /
+// 148.1 / 128.2 / 151.9, causal 91.3 / 91.5 / 92.6 / 77.6 / 100.3; 1x16x8192x64 574.3 / 540.1 / 505.1 / 442.5 /
+// 566.4, causal 292.9 / 280.8 / 257.4 / 229.1 / 338.4; 2x16x2048x64 (352) 79.6 / 79.3 / 80.6 / 70.4 / 78.5, causal
+// 47.3 / 47.1 / 49.1 / 41.8 / 59.1; 1x16x2048x64 (176) 40.7 / 42.5 / 42.1 / 36.8 / 42.1, causal 25.4 / 25.1 / 26.3
+// / 24.7 / 38.5; 16x16x1024x64 (1536) 169.3 / 176.8 / 176.9 / 149.2 / 160.0, causal 120.5 / 120.8 / 132.8 / 111.7 /
+// 106.8; 32x16x577x64 (2048) 152.9 / 168.6 / 171.6 / 153.2 / 148.7, causal 123.5 / 132.8 / 141.2 / 122.7 / 100.6;
+// 2x16x1024x64 (192) 23.4 / 23.9 / 32.0 / 27.1 / 24.8, causal 16.6 / 16.3 / 19.1 / 16.2 / 23.0. On an H200 the
+// same: 4x16x2048x64 127.3 against 146.1 for wgmma_m192, 1x16x8192x64 441.4 against 503.1 (2026-11-28).
 namespace {
 bool one_group_pays(const AttentionParams& p) {
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
   return p.seqlen_k < 512 && p.seqlen_k % 128 != 0;
+}
+
+bool fp8_three_groups_pay(const AttentionParams& p, int sms) {
+  const int64_t blocks = attention_blocks(p, 192), rows_192 = query_tiles(p, 192) * 192;
+  const bool rows_fill = 4 * rows_192 <= 5 * query_tiles(p, 128) * 128;
+  const bool enough_blocks = p.seqlen_k >= 2048 ? blocks >= sms : blocks >= 2 * sms && p.seqlen_k >= 577;
+  return p.head_dim == 64 && rows_fill && enough_blocks;
 }
 }  // namespace
 
@@ -307,9 +324,11 @@ int fast_attention_variant(const AttentionParams& p, int sm) {
       chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
   const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
   int fast = chosen;
-  if (hopper && one_group_pays(p)) {
+  if (hopper && fp8_three_groups_pay(p, std::max(multiprocessor_count(), 1))) {
+    fast = find_attention_variant("wgmma_fp8_m192+fp8_pv");
+  } else if (hopper && one_group_pays(p)) {
     fast = find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
-  } else if (full_tier_wgmma) {
+  } else if (hopper) {
     fast = find_attention_variant("wgmma_fp8+fp8_pv");
   }
   // The fast kernels are built for D = 64 and 128; at D = 256 auto's choice stays.
