@@ -3,7 +3,7 @@
 # checks of tests/test_ptxas.py, which CI runs), run the benchmark at the mission shape and the decode rows, and
 # print a short summary table last.
 #
-#   SDPA_COMMIT=$(git rev-parse --short HEAD) bash scripts/gpu_check.sh [extra pytest args]
+#   SDPA_COMMIT=<hash of the tree sent> bash scripts/gpu_check.sh [extra pytest args]
 #   SDPA_TESTS="tests/test_decode.py tests/test_kv_cache.py" bash scripts/gpu_check.sh   # a subset of the suite
 #   SDPA_VIT=1 bash scripts/gpu_check.sh        # also timm's vision transformers with the drop-in (benchmarks/vit.py)
 #

@@ -235,10 +235,20 @@ class ShapeBench:
                 "flops": self.flops, "rows": self.rows}
 
 
+def git_commit():
+    """HEAD's short hash, with "+changes" where tracked files differ from it: a GPU machine that receives a
+    working tree may carry the git metadata of an older commit (every JSON file of 2026-11-27 and 28 named one)."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=Path(__file__).parent)
+
+    head = git("rev-parse", "--short", "HEAD").stdout.strip()
+    if head and git("diff", "--quiet", "HEAD", "--").returncode == 1:
+        head += "+changes"
+    return head
+
+
 def environment(device):
-    commit = os.environ.get("SDPA_COMMIT") or subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
-    ).stdout.strip()
+    commit = os.environ.get("SDPA_COMMIT") or git_commit()
     return {
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,

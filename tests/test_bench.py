@@ -57,6 +57,17 @@ def test_parse_shape_rejects_bad_input():
             bench.parse_shape(bad)
 
 
+@pytest.mark.parametrize("diff_status, label", [(0, "abc1234"), (1, "abc1234+changes")])
+def test_commit_label_says_when_the_tree_differs_from_head(monkeypatch, diff_status, label):
+    def fake_git(args, **kwargs):
+        if args[1] == "rev-parse":
+            return subprocess.CompletedProcess(args, 0, stdout="abc1234\n")
+        return subprocess.CompletedProcess(args, diff_status, stdout="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_git)
+    assert bench.git_commit() == label
+
+
 def run_bench(tmp_path, *args):
     path = tmp_path / "bench.json"
     assert bench.main([*args, "--shape", "1,2,64,64", "--json", str(path)]) == 0
