@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Prints the short table that ends scripts/gpu_check.sh: tests, worst errors per reference, timings, environment."""
+"""Prints the short table that ends scripts/gpu_check.sh: tests, worst errors per reference and per fast-tier
+variant, timings, environment."""
 
 import argparse
 import json
@@ -33,6 +34,23 @@ def worst_errors(errors_path):
     return worst
 
 
+def worst_by_fast_variant(errors_path):
+    """Per variant of the fast tier (and `fast` itself), the worst kernel SQNR and the worst end-to-end max error over
+    that of exact math on the same E4M3 inputs: the two numbers its gates bound (tests/test_attention.py)."""
+    records = json.loads(Path(errors_path).read_text()) if Path(errors_path).exists() else []
+    worst = {}
+    for r in records:
+        if "variant" not in r or not r["reference"].endswith(("-fast", "-fast_by_name")):
+            continue
+        w = worst.setdefault(r["variant"], {"cases": 0, "min_sqnr_db": float("inf"), "exact_factor": 0.0})
+        w["cases"] += 1
+        if r["reference"].startswith("kernel"):
+            w["min_sqnr_db"] = min(w["min_sqnr_db"], r["sqnr_db"])
+        elif r.get("exact_max_abs"):
+            w["exact_factor"] = max(w["exact_factor"], r["max_abs"] / r["exact_max_abs"])
+    return worst
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--junit", required=True)
@@ -53,6 +71,12 @@ def main():
         mean = f"{w['max_mean_abs']:.4f}" if "max_mean_abs" in w else "-"
         lse = f"{w['lse_of_gate']:.2f}" if "lse_of_gate" in w else "-"
         print(f"| {reference} | {device} | {w['cases']} | {w['min_sqnr_db']:.1f} | {w['max_abs']:.4f} | {mean} | {lse} |")
+    fast = worst_by_fast_variant(args.errors)
+    if fast:
+        print("| fast-tier variant | checks | worst kernel SQNR dB | worst end-to-end max abs / exact's |")
+        print("|---|---|---|---|")
+        for variant, w in sorted(fast.items()):
+            print(f"| {variant} | {w['cases']} | {w['min_sqnr_db']:.2f} | {w['exact_factor']:.2f} |")
     for result in bench.get("results", []):
         shape = "x".join(map(str, result["shape"])) + (" causal" if result["causal"] else "")
         print(f"| {shape} | graph us | events us | vs best SDPA |")
