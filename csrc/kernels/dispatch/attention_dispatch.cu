@@ -276,13 +276,13 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // `wgmma_fp8` against `wgmma+predecode`, H200, 2026-11-21: 4x16x2048x128 283.9 against 416.8 us, 1x16x8192x128
 // 917.5 against 1441.0.) Its P in E4M3 keeps 3 mantissa bits (output SQNR about 31.5 dB against float64 on random
 // inputs where `wgmma_fp8` keeps 45-73), which the fast tier's 30 dB gate admits over the test grid.
-// Up to 1024 keys at D = 64 it takes `wgmma_fp8_m64` wherever auto takes a Hopper kernel and the 192-row blocks
-// (below) do not pay: there each block is mostly its start and end, which its two blocks per SM overlap. Graph us, wgmma_fp8_m64 / wgmma_fp8 / wgmma_m192 /
-// cuDNN, H100, 2026-11-26, two runs of 3 interleaved rounds: 32x12x197x64 32.8 / 34.2 / 40.9 / 26.3,
-// 32x16x257x64 62.1 / 78.5 / 69.1 / 61.5, 8x16x512x64 30.0 / 31.3 / 32.6 / 27.2, 32x16x577x64 157.3 / 172.3 /
-// 174.3 / 147.9, 4x16x768x64 28.7 / 29.9 / 28.4 / 27.2, 16x16x1024x64 168.4 / 186.4 / 175.4 / 158.9; causal
-// 8x16x512x64 23.9 / 24.5 / 26.3 / 24.1, 32x12x577x64 92.2 / 96.6 / 106.4 / 78.4, 4x16x768x64 22.0 / 22.2 / 21.9 /
-// 24.9. From 2048 keys `wgmma_m192` is ahead: 4x16x2048x64 154.2 / 166.7 / 147.7 / 151.2.
+// Up to 1024 keys at D = 64 it takes `wgmma_fp8_m64` wherever auto takes a Hopper kernel and the 192-row blocks (below)
+// do not pay: there each block is mostly its start and end, which its two blocks per SM overlap. Graph us,
+// wgmma_fp8_m64 / wgmma_fp8 / wgmma_m192 / cuDNN, H100, 2026-11-26, two runs of 3 interleaved rounds: 32x12x197x64 32.8
+// / 34.2 / 40.9 / 26.3, 32x16x257x64 62.1 / 78.5 / 69.1 / 61.5, 8x16x512x64 30.0 / 31.3 / 32.6 / 27.2, 32x16x577x64
+// 157.3 / 172.3 / 174.3 / 147.9, 4x16x768x64 28.7 / 29.9 / 28.4 / 27.2, 16x16x1024x64 168.4 / 186.4 / 175.4 / 158.9;
+// causal 8x16x512x64 23.9 / 24.5 / 26.3 / 24.1, 32x12x577x64 92.2 / 96.6 / 106.4 / 78.4, 4x16x768x64 22.0 / 22.2 / 21.9
+// / 24.9. From 2048 keys `wgmma_m192` is ahead: 4x16x2048x64 154.2 / 166.7 / 147.7 / 151.2.
 // At D = 128 its tiles hold 64 keys (wgmma_fp8's 128), which pays below 512 keys where the last 128-key tile would be
 // partly empty. Graph us, wgmma_fp8_m64 / wgmma_fp8 / cuDNN, same GPU and method: 32x16x197x128 57.5 / 59.7 / 45.2,
 // 32x16x257x128 77.0 / 97.6 / 82.6, 16x16x320x128 41.1 / 52.7 / 45.8, 16x16x384x128 52.9 / 50.7 / 45.5,
