@@ -115,10 +115,13 @@ bool strides_steppable(int batch, int heads, int seqlen, int64_t batch_stride, i
 // Short heads also need their rows to fill the 192-row tiles about as well as 128-row ones: at 197 rows (two
 // tiles of either, 384 rows against 256) `wgmma` wins, 35.4 against 40.6 us at 32x12x197x64; at 577 rows (768
 // against 640) `wgmma_m192` does, 172.9 against 177.8 at 32x16x577x64 (H100, 2026-11-24).
+bool rows_fill_192_row_tiles(const AttentionParams& p) {
+  return 4 * (query_tiles(p, 192) * 192) <= 5 * (query_tiles(p, 128) * 128);
+}
+
 bool three_groups_pay(const AttentionParams& p, int sms) {
   const int64_t waves = attention_blocks(p, 192) / std::max(sms, 1);
-  const int64_t rows_192 = query_tiles(p, 192) * 192, rows_128 = query_tiles(p, 128) * 128;
-  return p.head_dim == 64 && waves >= 2 && 4 * rows_192 <= 5 * rows_128;
+  return p.head_dim == 64 && waves >= 2 && rows_fill_192_row_tiles(p);
 }
 
 // `fp8_split` beats the Hopper kernels at every key length while its 32-row blocks fit in one wave: their 128-row
@@ -311,20 +314,19 @@ bool one_group_pays(const AttentionParams& p) {
 }
 
 bool fp8_three_groups_pay(const AttentionParams& p, int sms) {
-  const int64_t blocks = attention_blocks(p, 192), rows_192 = query_tiles(p, 192) * 192;
-  const bool rows_fill = 4 * rows_192 <= 5 * query_tiles(p, 128) * 128;
-  const bool enough_blocks = p.seqlen_k >= 2048 ? blocks >= sms : blocks >= 2 * sms && p.seqlen_k >= 577;
-  return p.head_dim == 64 && rows_fill && enough_blocks;
+  const int64_t blocks = attention_blocks(p, 192), waves_needed = p.seqlen_k >= 2048 ? 1 : 2;
+  const bool enough_blocks = blocks >= waves_needed * std::max(sms, 1) && p.seqlen_k >= 577;
+  return p.head_dim == 64 && enough_blocks && rows_fill_192_row_tiles(p);
 }
 }  // namespace
 
 int fast_attention_variant(const AttentionParams& p, int sm) {
   const int chosen = auto_attention_variant(p, sm);
-  const bool full_tier_wgmma =
-      chosen == find_attention_variant("wgmma") || chosen == find_attention_variant("wgmma+predecode");
-  const bool hopper = full_tier_wgmma || chosen == find_attention_variant("wgmma_m192");
+  const bool hopper = chosen == find_attention_variant("wgmma") ||
+                      chosen == find_attention_variant("wgmma+predecode") ||
+                      chosen == find_attention_variant("wgmma_m192");
   int fast = chosen;
-  if (hopper && fp8_three_groups_pay(p, std::max(multiprocessor_count(), 1))) {
+  if (hopper && fp8_three_groups_pay(p, multiprocessor_count())) {
     fast = find_attention_variant("wgmma_fp8_m192+fp8_pv");
   } else if (hopper && one_group_pays(p)) {
     fast = find_attention_variant(p.head_dim == 128 ? "wgmma_fp8_m64+fp8_pv" : "wgmma_fp8_m64");
