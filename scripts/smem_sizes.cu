@@ -71,7 +71,7 @@ void print_narrow_variant_sizes() {
       {"wgmma_fp8", WgmmaConfig<kHeadDim, true>::kSmemBytes},
       {"wgmma_fp8_m64", WgmmaConfig<kHeadDim, true, false, 1>::kSmemBytes},
       {"wgmma_fp8_m64+fp8_pv", WgmmaConfig<kHeadDim, true, false, 1, true>::kSmemBytes},
-      {"wgmma_fp8_m192+fp8_pv", WgmmaConfig<kHeadDim, true, false, kHeadDim == 64 ? 3 : 2, true>::kSmemBytes},
+      {"wgmma_fp8_m192+fp8_pv", WgmmaConfig<kHeadDim, true, false, 3, true>::kSmemBytes},
       {"wgmma_fp8+fp8_pv", WgmmaConfig<kHeadDim, true, false, 2, true>::kSmemBytes},
   });
 }

@@ -93,10 +93,11 @@ _VARIANTS = (
     Variant("wgmma_fp8_m64", 7, "fast", ("fp8_pv",), "wgmma_fp8 with 64-row query tiles: one consumer "
             "warpgroup and two blocks per SM, so that one block's start and end overlap the other's key loop "
             "(short heads); 64-key tiles at D = 128", archs=HOPPER_ARCHS, aligned_rows=True),
-    Variant("wgmma_fp8_m192", 7, "fast", ("fp8_pv",), "wgmma_fp8+fp8_pv with 192-row query tiles at D = 64, "
-            "as wgmma_m192: three consumer warpgroups of 160 registers (Q codes, 8 registers, stay in them), no "
-            "turns, the last wave split into 64-row units, each group stopping after its own rows' key tiles; at "
-            "D = 128 the `wgmma_fp8+fp8_pv` kernel. Built with fp8_pv only: with fp16 P three groups spill",
+    Variant("wgmma_fp8_m192", 7, "fast", ("fp8_pv",), "wgmma_fp8+fp8_pv with 192-row query tiles, as "
+            "wgmma_m192: three consumer warpgroups of 160 registers (Q codes stay in them), no turns, the last wave "
+            "split into 64-row units, each group stopping after its own rows' key tiles; 64-key tiles at D = 128; "
+            "V^T from the pass where a kv head has many blocks. Built with fp8_pv only: with fp16 P three groups "
+            "spill",
             archs=HOPPER_ARCHS, aligned_rows=True, bare=False),
     Variant("decode", 8, "full", (), "few query rows against many keys (token generation, speculative decoding, a "
             "chunk against a cache): the query heads of a kv head packed into one tile's rows, so K and V are read "

@@ -101,8 +101,11 @@ HEAD_DIM_256 = [(1, 2, 2, 64, 64, 256), (2, 4, 2, 129, 200, 256), (1, 2, 2, 513,
                 (8, 16, 8, 200, 700, 256)]
 # kv heads with at least 128 query blocks of 128 rows, for which `wgmma_fp8+fp8_pv` takes V^T from a pass over
 # memory (transpose_values.h), causal too: keys that are not a multiple of 16 (zero codes pad V^T's rows) and a
-# last key tile mostly past them.
-VALUES_BY_PASS = [(1, 32, 1, 600, 700, 128), (2, 64, 1, 300, 333, 64)]
+# last key tile mostly past them; `wgmma_fp8_m192+fp8_pv` has 128 blocks of 192 rows per kv head there and takes
+# the pass as well. 1x32x1 960 x 961: 160 blocks of 192 rows, whose last wave (28 blocks on 132 SMs) that variant
+# splits into 64-row units that share the keys read from the pass.
+VALUES_BY_PASS = [(1, 32, 1, 600, 700, 128), (2, 64, 1, 300, 333, 64), (1, 32, 1, 960, 961, 128),
+                  (1, 32, 1, 960, 961, 64)]
 
 CASES = (
     [(*s, False) for s in CLASSIC]

@@ -307,6 +307,14 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 106.8; 32x16x577x64 (2048) 152.9 / 168.6 / 171.6 / 153.2 / 148.7, causal 123.5 / 132.8 / 141.2 / 122.7 / 100.6;
 // 2x16x1024x64 (192) 23.4 / 23.9 / 32.0 / 27.1 / 24.8, causal 16.6 / 16.3 / 19.1 / 16.2 / 23.0. On an H200 the
 // same: 4x16x2048x64 127.3 against 146.1 for wgmma_m192, 1x16x8192x64 441.4 against 503.1 (2026-11-28).
+// At D = 128 (64-key tiles, V^T from the pass where a kv head has many blocks) it is the fastest from 512 keys on
+// the same grids: graph us, wgmma_fp8_m64+fp8_pv / wgmma_fp8+fp8_pv / wgmma_fp8_m192+fp8_pv / cuDNN, H200,
+// 2026-11-28, 3 interleaved rounds: 4x16x2048x128 200.3 / 181.0 / 166.3 / 220.6, causal 118.6 / 112.9 / 98.0 /
+// 147.7; 1x16x8192x128 740.6 / 616.0 / 566.8 / 847.1, causal 391.8 / 343.6 / 303.5 / 502.2; 2x16x2048x128 99.7 /
+// 95.9 / 88.0 / 112.2, causal 58.3 / 57.7 / 51.1 / 84.8; 1x16x4096x128 193.9 / 170.8 / 163.5 / 214.7, causal
+// 104.3 / 96.7 / 90.0 / 154.0; 16x16x1024x128 228.1 / 211.0 / 189.5 / 234.1, causal 173.8 / 161.0 / 139.8 /
+// 160.6; 8x16x512x128 35.1 / 36.1 / 31.8 / 36.2, causal 26.8 / 29.3 / 24.8 / 32.5; 1x16x2048x128 (1.3 waves)
+// 50.9 / 48.1 / 48.2 / 58.7, causal 29.2 / 28.7 / 28.5 / 53.0.
 namespace {
 bool one_group_pays(const AttentionParams& p) {
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
@@ -315,8 +323,9 @@ bool one_group_pays(const AttentionParams& p) {
 
 bool fp8_three_groups_pay(const AttentionParams& p, int sms) {
   const int64_t blocks = attention_blocks(p, 192), waves_needed = p.seqlen_k >= 2048 ? 1 : 2;
-  const bool enough_blocks = blocks >= waves_needed * std::max(sms, 1) && p.seqlen_k >= 577;
-  return p.head_dim == 64 && enough_blocks && rows_fill_192_row_tiles(p);
+  const bool enough_blocks =
+      blocks >= waves_needed * std::max(sms, 1) && p.seqlen_k >= (p.head_dim == 64 ? 577 : 512);
+  return enough_blocks && rows_fill_192_row_tiles(p);
 }
 }  // namespace
 

@@ -136,7 +136,7 @@ cudaError_t launch_wgmma_m192(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<false, false, 3>>(p, s);
 }
 cudaError_t launch_wgmma_fp8_m192_fp8_pv(const AttentionParams& p, cudaStream_t s) {
-  return launch_variant<WgmmaVariant<true, false, 3, true>>(p, s);
+  return launch_variant<WgmmaVariant<true, false, 3, true, 3>>(p, s);
 }
 cudaError_t launch_wgmma_fp8_m64(const AttentionParams& p, cudaStream_t s) {
   return launch_variant<WgmmaVariant<true, false, 1, false, 1>>(p, s);

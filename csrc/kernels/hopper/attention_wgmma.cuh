@@ -18,8 +18,9 @@
 //   wgmma_m192 `wgmma` at D = 64 with three consumer groups (192 query rows, kConsumerGroups), Q as an fp16 tile in
 //              shared memory, the last wave split (WgmmaJob), and each group stopping after its own rows' key tiles
 //              (kGroupTiles): 4x16x2048x64 148.5 against 165.9 us, causal 94.2 against 102.1 (H200, same run).
-//   wgmma_fp8_m192+fp8_pv  `wgmma_fp8+fp8_pv` the same way at D = 64 (three groups, no turns, split tail, group
-//              tiles), with Q's codes in registers (8 of them): FlashAttention-3's 192-row FP8 tiles at D = 64.
+//   wgmma_fp8_m192+fp8_pv  `wgmma_fp8+fp8_pv` the same way (three groups, no turns, split tail, group tiles),
+//              with Q's codes in registers (8 of them, 16 at D = 128): FlashAttention-3's 192-row FP8 tiles at
+//              D = 64; at D = 128 on 64-key tiles, and with V^T from the pass where it pays.
 //
 // A block owns kBlockM = 128 query rows and runs three warpgroups:
 //   producer     one thread starts TMA copies of each K/V tile (kBlockN keys) into a ring of kStages slots; the
@@ -94,7 +95,7 @@ struct WgmmaConfig {
   // `wgmma_fp8_m64+fp8_pv` 67.4 / 76.3 at 32x16x257x128 with producers / the pass), so that variant never takes
   // it.
   static constexpr bool kValuesByPass = kValuesByPass_;
-  static_assert(!kValuesByPass || (kFp8Output && kConsumerGroups_ == 2), "V^T for fp8_pv's 128-row blocks");
+  static_assert(!kValuesByPass || (kFp8Output && kConsumerGroups_ >= 2), "V^T for fp8_pv's 128- or 192-row blocks");
   using Softmax = ScaledRowSoftmax<kFp8Output ? 4 : 0>;
   // K and V arrive as fp16 by TMA, decoded beforehand by kv_to_half.cu: no codes in shared memory, nothing for the
   // producers to decode (`wgmma+predecode`).
@@ -110,9 +111,10 @@ struct WgmmaConfig {
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static_assert(kConsumerGroups == 2 ||
-                    (kConsumerGroups == 3 && kHeadDim == 64 && !kPredecoded && kFp8Output == kFp8Scores) ||
+                    (kConsumerGroups == 3 && !kPredecoded && kFp8Output == kFp8Scores &&
+                     (kHeadDim == 64 || kFp8Output)) ||
                     (kConsumerGroups == 1 && kFp8Scores),
-                "three consumer groups: `wgmma` or `wgmma_fp8+fp8_pv` at D = 64; one: `wgmma_fp8[+fp8_pv]`");
+                "three consumer groups: `wgmma` at D = 64, `wgmma_fp8+fp8_pv`; one: `wgmma_fp8[+fp8_pv]`");
   // One consumer group (64 query rows, `wgmma_fp8_m64`) runs two blocks per SM, so that one block's start and end
   // (its first Q K^T and exact softmax, its last P V and stores, where its tensor work stops) overlap the other's
   // key loop; wgmma_fp8's ring (three slots of 32 KB: 128 keys at D = 64, 64 at D = 128) fits twice. `wgmma`'s,
@@ -135,7 +137,7 @@ struct WgmmaConfig {
   // D = 128: load_half_tiles.)
   static constexpr bool kSeparateValues = kPredecoded && kStages == 2;
   // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short; wgmma_fp8's codes take
-  // 8 and stay in registers), no turns (the named barriers run out), and the last wave's blocks split into units of
+  // 8, at D = 128 16, and stay in registers), no turns (the named barriers run out), and the last wave's blocks split into units of
   // 64 rows whose keys the groups share. At 160 registers the consumers fit only with the guessed row max (the
   // exact max first: 169 against 154 us at 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers
   // at 32 decode 2 rows per batch (4 spilled 4 bytes).
@@ -148,8 +150,10 @@ struct WgmmaConfig {
   // not stop before the other.
   static constexpr bool kGroupTiles = !kTurns;
   static constexpr int kBlockM = 64 * kConsumerGroups;
-  // One group at D = 128 takes 64-key tiles: slots of 128 keys (64 KB) fit twice only two deep.
-  static constexpr int kBlockN = (kConsumerGroups == 1 && kHeadDim == 128) || kWide ? 64 : 128;
+  // One group at D = 128 takes 64-key tiles: slots of 128 keys (64 KB) fit twice only two deep. Three groups at
+  // D = 128 too: O (64 floats), S of 64 keys (32), two sets of P codes (8 words each) and Q's codes (16 words) fit
+  // their 160 registers, where S of 128 keys alone would take 64.
+  static constexpr int kBlockN = (kConsumerGroups != 2 && kHeadDim == 128) || kWide ? 64 : 128;
   static constexpr bool kSplitRings = !kFp8Scores && !kPredecoded && kHeadDim == 128;
   // Predecoded at D = 128 the consumers keep Q as codes and convert it at every tile: with its fp16 fragments
   // held throughout they were one register short of 240 (a spill), and 112-key tiles instead took 223.2 against
@@ -460,17 +464,20 @@ __device__ __forceinline__ void produce_tiles(const WgmmaSmem<Cfg>& smem, const 
 }
 
 // The copier of fp8_pv with kValuesByPass: one warp, whose first lane starts the TMA copies of each tile's K codes
-// and V^T codes (transpose_values.h) into a slot once the consumers' P V of the tile it held is done (HALVES_FREE);
-// the consumers wait on the copies' mbarrier themselves.
+// and V^T codes (transpose_values.h) into a slot once the consumers' P V of the tile it held is done (HALVES_FREE:
+// every group, or in a split unit the one group that took the tile); the consumers wait on the copies' mbarrier
+// themselves.
 template <class Cfg>
-__device__ __forceinline__ void load_code_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const HeadCoords& c,
+__device__ __forceinline__ void load_code_tiles(const WgmmaSmem<Cfg>& smem, const WgmmaMaps& maps, const WgmmaJob& job,
                                                 int tiles) {
   using Bars = WgmmaBarriers<Cfg>;
   constexpr int kN = Cfg::kBlockN;
   const bool elected = threadIdx.x % 32 == 0;
+  const HeadCoords& c = job.c;
+  const int consumers = Cfg::kSplitTail && job.split ? Cfg::kGroupThreads : Cfg::kConsumerThreads;
   for (int tile = 0, slot = 0; tile < tiles; ++tile, slot = slot + 1 == Cfg::kStages ? 0 : slot + 1) {
     if (Bars::refilled(tile - Cfg::kStages, tiles)) {
-      barrier_sync(Bars::halves_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
+      barrier_sync(Bars::halves_free(slot), Bars::slot_users(consumers));
     }
     if (elected) {
       mbarrier_arrive_expect_bytes(smem.tile_loaded(slot), 2 * Cfg::kCodeTileBytes);
@@ -729,7 +736,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
     }
     barrier_sync(0, Cfg::kConsumerThreads);  // the producers are done: id 0 is free
     if (group > 0) return false;
-#pragma unroll
+    // One group's partials at a time: unrolled, at D = 128 the loads of both were hoisted and spilled 20 bytes.
+#pragma unroll 1
     for (int g = 1; g < Cfg::kConsumerGroups; ++g) {
       const float4 state = *partial(g, kOFloats / 4);
       const float max[2] = {state.x, state.y}, sum[2] = {state.z, state.w};
@@ -758,7 +766,8 @@ struct WarpgroupAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softma
 
 // A split unit's loop (kSplitTail): group g takes tiles g, g + kConsumerGroups, ..., all in slot g, and waits for
 // each P V before it asks for its next tile: with one slot per group the producers cannot load that tile before the
-// P V is done. The groups overlap one another instead.
+// P V is done. The groups overlap one another instead. With kCopiesOnly (V^T by the pass) the group waits on its
+// slot's copies and frees the slot after P V only.
 template <class Cfg>
 __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, const WgmmaSmem<Cfg>& smem,
                                                     const AttentionParams& p, int group, int tiles, int lane) {
@@ -769,13 +778,17 @@ __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, 
   for (int tile = group; tile < tiles; tile += Cfg::kConsumerGroups) {
     float s[kN / 8][4];
     typename Cfg::Probabilities a;
-    barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
+    if constexpr (Cfg::kCopiesOnly) {
+      mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
+    } else {
+      barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
+    }
     wgmma_fence();
     w.issue_scores(s, slot);
     wgmma_wait<0>();
     pin_registers(s);
     const bool refilled = Bars::refilled(tile, tiles);
-    if (refilled) barrier_arrive(Bars::codes_free(slot), kConsumers + Cfg::kProducerThreads);
+    if (refilled && !Cfg::kCopiesOnly) barrier_arrive(Bars::codes_free(slot), kConsumers + Cfg::kProducerThreads);
     w.template scores_to_probabilities</*kGuessMax=*/true, Cfg::kPrescale>(s, tile * kN, p, lane, a);
     wgmma_fence();
     w.issue_output(a, slot);
@@ -980,7 +993,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
             smem.ahead_job(), tid - 32);
       }
     } else if constexpr (Cfg::kValuesByPass) {
-      if (threadIdx.x - Cfg::kConsumerThreads < 32) load_code_tiles<Cfg>(smem, maps, c, tiles);
+      if (threadIdx.x - Cfg::kConsumerThreads < 32) load_code_tiles<Cfg>(smem, maps, job, tiles);
     } else {
       produce_tiles<Cfg>(smem, maps, job, tiles);
     }
@@ -1041,10 +1054,12 @@ struct WgmmaVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     constexpr int kGroups = kHeadDim == 64 ? kGroupsAtD64 : kGroupsAtD128;
     using Cfg = WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kGroups, kFp8Output>;
-    // `wgmma_fp8+fp8_pv` (128-row blocks) takes V^T from the pass where it pays; `wgmma_fp8_m64+fp8_pv` runs
-    // where heads are short, and never does.
-    if constexpr (kFp8Output && kGroups == 2) {
-      static_assert(Cfg::kBlockM == kValuesByPassBlockM, "the rows transposed_values_workspace_bytes plans for");
+    // `wgmma_fp8+fp8_pv` (128-row blocks) and `wgmma_fp8_m192+fp8_pv` take V^T from the pass where it pays;
+    // `wgmma_fp8_m64+fp8_pv` runs where heads are short, and never does.
+    if constexpr (kFp8Output && kGroups >= 2) {
+      // Blocks of 192 rows are fewer than those of 128: the pass pays for them only where the workspace that
+      // transposed_values_workspace_bytes plans for 128-row blocks exists.
+      static_assert(Cfg::kBlockM >= kValuesByPassBlockM, "the rows transposed_values_workspace_bytes plans for");
       if (values_by_pass_pays(p, Cfg::kBlockM)) {
         return launch_wgmma_config<WgmmaConfig<kHeadDim, kFp8Scores, kPredecoded, kGroups, kFp8Output, true>, OutT>(
             p, stream);

@@ -25,10 +25,11 @@ SDPA_HOST_DEVICE int64_t transposed_values_row_bytes(const AttentionParams& para
 // causal 108.8, 108.7 / 114.7, 114.5; 2x16x4096x128 (32) 339.9, 342.0 / 339.2, 336.5; 1x32x8x2048x128 (64) 90.2,
 // 91.9 / 87.5, 85.6, causal 54.8, 54.3 / 52.6, 53.3; 1x16x8192x64 534.3, 535.8 / 511.2, 507.1.
 bool values_by_pass_pays(const AttentionParams& params, int block_m);
-// The rows per block of `wgmma_fp8+fp8_pv`, the one variant that runs the pass.
+// The rows per block of `wgmma_fp8+fp8_pv`, for which the workspace is planned; `wgmma_fp8_m192+fp8_pv` runs the
+// pass too, where its fewer blocks of 192 rows pay (and so those of 128 do).
 constexpr int kValuesByPassBlockM = 128;
-// The workspace of `wgmma_fp8+fp8_pv`: V^T [B * Hkv][D][transposed_values_row_bytes] codes where the pass pays,
-// else none.
+// The workspace of `wgmma_fp8+fp8_pv` and `wgmma_fp8_m192+fp8_pv`: V^T [B * Hkv][D][transposed_values_row_bytes]
+// codes where the pass pays for 128-row blocks, else none.
 int64_t transposed_values_workspace_bytes(const AttentionParams& params);
 
 // Writes V^T into params.workspace, the keys of each 16 in the order of the E4M3 P fragments (key_of_position);
