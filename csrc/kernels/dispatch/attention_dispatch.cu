@@ -141,10 +141,16 @@ bool split_fits_one_wave(const AttentionParams& p, int sms) { return attention_b
 // 84.5 (causal 171.3 / 72.1 / 71.6): the grids of vision transformers and of prefill batches of short prompts.
 bool hopper_blocks_fill_gpu(const AttentionParams& p) { return attention_blocks(p, 128) >= multiprocessor_count(); }
 
+// Grids of many kv heads pay from 577 rows each, causal or not: graph us, `wgmma+predecode` / `wgmma`, H200,
+// 2026-11-28, 3 interleaved rounds: 16x16x1024x128 (256 kv heads) 239.8 / 267.8, causal 178.0 / 194.9;
+// 32x16x577x128 (512) 224.5 / 241.2, causal 181.6 / 184.6; with fewer heads not: 4x16x1024x128 (64) 66.6 / 67.5,
+// causal 50.5 / 45.8; 8x16x512x128 (128) 45.8 / 41.5, causal 39.7 / 33.7.
 bool predecode_pays(const AttentionParams& p) {
   const int64_t rows_per_kv_head = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
-  const bool causal_pays = rows_per_kv_head >= 4096 || (rows_per_kv_head >= 2048 && p.batch * p.heads_kv >= 64);
-  return p.head_dim == 128 && (p.is_causal ? causal_pays : rows_per_kv_head >= 2048);
+  const int64_t kv_heads = static_cast<int64_t>(p.batch) * p.heads_kv;
+  const bool many_heads = kv_heads >= 256 && rows_per_kv_head >= 577;
+  const bool causal_pays = rows_per_kv_head >= 4096 || (rows_per_kv_head >= 2048 && kv_heads >= 64);
+  return p.head_dim == 128 && (many_heads || (p.is_causal ? causal_pays : rows_per_kv_head >= 2048));
 }
 
 // `decode` takes every call with per-sequence key lengths (no other kernel reads them) and every call of up to 16

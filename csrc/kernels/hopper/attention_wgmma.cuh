@@ -109,6 +109,11 @@ struct WgmmaConfig {
   // 1x16x8192x128, 61.4 / 59.7 at 1x16x2048x128, 69.8 / 69.6 at 4x16x1024x128 (causal 49.6 / 50.4). At D = 64
   // one code slot was slower (168.8 / 172.8 at 4x16x2048x64): the producers then wait for each copy.
   // wgmma_fp8: 193 KB; predecoded, without code tiles: 193 KB.
+  // `wgmma` in three groups at D = 128 (64-key tiles, no split tail: its ring and Q tile leave no room for the
+  // partials) fit 160 registers and passed the suite, but lost to two groups everywhere, its 32-register producers
+  // decoding K and V for 1.5x the rows: H200, graph us, three / two groups / `wgmma+predecode`, 2026-11-28,
+  // 4x16x2048x128 270.0 / 243.8 / 211.2, causal 148.3 / 143.0 / 135.3; 1x16x8192x128 986.1 / 885.1 / 761.6;
+  // 8x16x512x128 45.0 / 41.5 / 45.8. Not built.
   static constexpr int kConsumerGroups = kConsumerGroups_;
   static_assert(kConsumerGroups == 2 ||
                     (kConsumerGroups == 3 && !kPredecoded && kFp8Output == kFp8Scores &&
