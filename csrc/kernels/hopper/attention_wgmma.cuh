@@ -141,11 +141,11 @@ struct WgmmaConfig {
   // refill has a tile's time to land, and a wait for each tile's V cost 2432 against 2367 cycles per tile at
   // D = 128: load_half_tiles.)
   static constexpr bool kSeparateValues = kPredecoded && kStages == 2;
-  // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short; wgmma_fp8's codes take
-  // 8, at D = 128 16, and stay in registers), no turns (the named barriers run out), and the last wave's blocks split into units of
-  // 64 rows whose keys the groups share. At 160 registers the consumers fit only with the guessed row max (the
-  // exact max first: 169 against 154 us at 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers
-  // at 32 decode 2 rows per batch (4 spilled 4 bytes).
+  // Three groups (192 query rows): Q as an fp16 tile in shared memory (registers are short; wgmma_fp8's codes take 8,
+  // at D = 128 16, and stay in registers), no turns (the named barriers run out), and the last wave's blocks split into
+  // units of 64 rows whose keys the groups share. At 160 registers the consumers fit only with the guessed row max (the
+  // exact max first: 169 against 154 us at 4x16x2048x64, H200) and with first_row derived (FragmentRows); producers at
+  // 32 decode 2 rows per batch (4 spilled 4 bytes).
   static constexpr bool kTurns = kConsumerGroups == 2;
   static constexpr bool kQInSmem = (kConsumerGroups == 3 && !kFp8Scores) || kWide;
   static constexpr bool kSplitTail = kConsumerGroups == 3;
@@ -211,6 +211,10 @@ struct WgmmaConfig {
   // The producer warpgroup only starts TMA copies (one warp) where nothing is decoded or transposed in the block:
   // predecoded, or V^T by the pass. The consumers then wait on the copies' mbarriers instead of FULL.
   static constexpr bool kCopiesOnly = kPredecoded || kValuesByPass;
+  // Whether the consumers free a slot's codes once its Q K^T is done (CODES_FREE): predecoded there are none, but
+  // with kSeparateValues its fp16 K; with kSplitRings the producers free their one code slot themselves; with
+  // kValuesByPass K's codes stay until the slot's V^T is done with.
+  static constexpr bool kConsumersFreeCodes = kPredecoded ? kSeparateValues : !kSplitRings && !kValuesByPass;
   // 256 x 232 + 128 x 40 = 64512 of the SM's 65536 registers (fp8_pv too: its transpose by ldmatrix/stmatrix fits
   // the producers' 40; 216 + 72 timed the same); producers that only start copies need fewer. Three groups:
   // 384 x 160 + 128 x 32 = 65536.
@@ -321,6 +325,17 @@ __device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const Gr
   const int unit = block - split_from;
   const HeadCoords c = head_coords_in_order(order, split_from + unit / Cfg::kConsumerGroups);
   return {c, c.tile * Cfg::kBlockM + unit % Cfg::kConsumerGroups * 64, true};
+}
+
+// Waits until tile `tile` is in its slot for consumer group `group`: the producers' FULL, or with kCopiesOnly the TMA
+// copies' mbarrier (predecoded, for the first tile its K only).
+template <class Cfg>
+__device__ __forceinline__ void wait_for_tile(const WgmmaSmem<Cfg>& smem, int tile, int slot, int group) {
+  if constexpr (Cfg::kCopiesOnly) {
+    mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
+  } else {
+    barrier_sync(WgmmaBarriers<Cfg>::full(slot, group), WgmmaBarriers<Cfg>::kGroupPair);
+  }
 }
 
 // Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout).
@@ -783,17 +798,13 @@ __device__ __forceinline__ void consume_split_tiles(WarpgroupAttention<Cfg>& w, 
   for (int tile = group; tile < tiles; tile += Cfg::kConsumerGroups) {
     float s[kN / 8][4];
     typename Cfg::Probabilities a;
-    if constexpr (Cfg::kCopiesOnly) {
-      mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    } else {
-      barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
-    }
+    wait_for_tile<Cfg>(smem, tile, slot, group);
     wgmma_fence();
     w.issue_scores(s, slot);
     wgmma_wait<0>();
     pin_registers(s);
     const bool refilled = Bars::refilled(tile, tiles);
-    if (refilled && !Cfg::kCopiesOnly) barrier_arrive(Bars::codes_free(slot), kConsumers + Cfg::kProducerThreads);
+    if (refilled && Cfg::kConsumersFreeCodes) barrier_arrive(Bars::codes_free(slot), Bars::slot_users(kConsumers));
     w.template scores_to_probabilities</*kGuessMax=*/true, Cfg::kPrescale>(s, tile * kN, p, lane, a);
     wgmma_fence();
     w.issue_output(a, slot);
@@ -846,21 +857,9 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   }
   // The tiles this group multiplies: the block's first group_tiles; the producers still load all `tiles`.
   const int group_tiles = Cfg::kGroupTiles ? key_tiles_of_rows(p, job.row0 + q_row0, 64, kN) : tiles;
-  // Waits until tile `tile` is in its slot: the producers' FULL, or with kCopiesOnly the TMA copies' mbarrier
-  // (predecoded, for the first tile its K only).
-  auto wait_for_tile = [&](int tile, int slot) {
-    if constexpr (Cfg::kCopiesOnly) {
-      mbarrier_wait(smem.tile_loaded(slot), tile / Cfg::kStages % 2);
-    } else {
-      barrier_sync(Bars::full(slot, group), Bars::kGroupPair);
-    }
-  };
-  // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done (predecoded: no codes, but
-  // with kSeparateValues its fp16 K; kValuesByPass: K's codes stay until the slot's V^T is done with).
+  // Lets the producers overwrite the codes of the slot's tile once its Q K^T is done.
   auto free_codes = [&](int tile, int slot) {
-    constexpr bool kConsumersFreeCodes =
-        Cfg::kPredecoded ? Cfg::kSeparateValues : !Cfg::kSplitRings && !Cfg::kValuesByPass;
-    if (kConsumersFreeCodes && Bars::refilled(tile, tiles)) {
+    if (Cfg::kConsumersFreeCodes && Bars::refilled(tile, tiles)) {
       barrier_arrive(Bars::codes_free(slot), Bars::slot_users(Cfg::kConsumerThreads));
     }
   };
@@ -887,7 +886,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   // codes and its fp16 slot freed.
   auto skip_tile = [&](int tile) {
     const int slot = tile % Cfg::kStages;
-    wait_for_tile(tile, slot);
+    wait_for_tile<Cfg>(smem, tile, slot, group);
     free_codes(tile, slot);
     free_halves(tile, slot);
   };
@@ -904,7 +903,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
   // Each wgmma issue unconditional in its own straight code: ptxas serialized every wgmma of the kernel after one
   // issued under a condition (nvcc 13.0).
   w.convert_q();
-  wait_for_tile(0, 0);
+  wait_for_tile<Cfg>(smem, 0, 0, group);
   take_turn();
   wgmma_fence();
   w.issue_scores(s, 0);
@@ -920,7 +919,7 @@ __device__ __forceinline__ void consume_tiles(const WgmmaSmem<Cfg>& smem, const 
     const int prev = slot;
     slot = slot + 1 == Cfg::kStages ? 0 : slot + 1;
     w.convert_q();
-    wait_for_tile(tile, slot);
+    wait_for_tile<Cfg>(smem, tile, slot, group);
     if (tile > 1) wait_for_values(tile - 1, prev);
     take_turn();
     wgmma_fence();
