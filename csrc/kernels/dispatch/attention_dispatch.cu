@@ -321,17 +321,28 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 104.3 / 96.7 / 90.0 / 154.0; 16x16x1024x128 228.1 / 211.0 / 189.5 / 234.1, causal 173.8 / 161.0 / 139.8 /
 // 160.6; 8x16x512x128 35.1 / 36.1 / 31.8 / 36.2, causal 26.8 / 29.3 / 24.8 / 32.5; 1x16x2048x128 (1.3 waves)
 // 50.9 / 48.1 / 48.2 / 58.7, causal 29.2 / 28.7 / 28.5 / 53.0.
+// Below 2048 keys it takes them where their grid runs in fewer waves than the 128-row one (a partial wave counted
+// whole), not only from two full waves: at 4x16x768x128 (256 blocks of 192 rows, 2 waves, against 384 of 128 rows,
+// 3) graph us, same four and cuDNN, H200, 2026-11-28: 33.9 / 33.9 / 28.1 / 37.5, causal 24.2 / 25.4 / 20.5 / 34.4;
+// with equal waves they lose: 2x16x1024x128 (2 and 2) 28.7 / 28.0 / 33.2 / 33.4, 1x16x1024x128 (1 and 1) 15.4 / 15.2
+// / 17.4 / 19.6.
 namespace {
 bool one_group_pays(const AttentionParams& p) {
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
   return p.seqlen_k < 512 && p.seqlen_k % 128 != 0;
 }
 
+// Waves of a grid of block_m-row blocks on `sms` SMs, a partial last wave counted whole.
+int64_t grid_waves(const AttentionParams& p, int block_m, int sms) {
+  return (attention_blocks(p, block_m) + sms - 1) / sms;
+}
+
 bool fp8_three_groups_pay(const AttentionParams& p, int sms) {
-  const int64_t blocks = attention_blocks(p, 192), waves_needed = p.seqlen_k >= 2048 ? 1 : 2;
-  const bool enough_blocks =
-      blocks >= waves_needed * std::max(sms, 1) && p.seqlen_k >= (p.head_dim == 64 ? 577 : 512);
-  return enough_blocks && rows_fill_192_row_tiles(p);
+  sms = std::max(sms, 1);
+  const bool fewer_waves = grid_waves(p, 192, sms) < grid_waves(p, 128, sms);
+  const bool long_heads_fill = p.seqlen_k >= 2048 && attention_blocks(p, 192) >= sms;
+  return p.seqlen_k >= (p.head_dim == 64 ? 577 : 512) && rows_fill_192_row_tiles(p) &&
+         (fewer_waves || long_heads_fill);
 }
 }  // namespace
 
