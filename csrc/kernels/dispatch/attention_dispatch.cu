@@ -322,10 +322,19 @@ int auto_attention_variant(const AttentionParams& p, int sm) {
 // 160.6; 8x16x512x128 35.1 / 36.1 / 31.8 / 36.2, causal 26.8 / 29.3 / 24.8 / 32.5; 1x16x2048x128 (1.3 waves)
 // 50.9 / 48.1 / 48.2 / 58.7, causal 29.2 / 28.7 / 28.5 / 53.0.
 // Below 2048 keys it takes them where their grid runs in fewer waves than the 128-row one (a partial wave counted
-// whole), not only from two full waves: at 4x16x768x128 (256 blocks of 192 rows, 2 waves, against 384 of 128 rows,
-// 3) graph us, same four and cuDNN, H200, 2026-11-28: 33.9 / 33.9 / 28.1 / 37.5, causal 24.2 / 25.4 / 20.5 / 34.4;
-// with equal waves they lose: 2x16x1024x128 (2 and 2) 28.7 / 28.0 / 33.2 / 33.4, 1x16x1024x128 (1 and 1) 15.4 / 15.2
-// / 17.4 / 19.6.
+// whole), or causal, in two waves or more: a causal grid's blocks differ in work, and its partial last wave of short
+// blocks costs less than a whole one. Graph us, the same four kernels and cuDNN, H200, 2026-11-28 (8c1ca4c), 3
+// interleaved rounds, blocks of 192 / 128 rows in brackets; fewer waves: 4x16x768x128 (256 / 384) 34.3 / 33.9 / 28.4
+// / 37.7, causal 24.1 / 25.2 / 20.5 / 34.3; 2x16x1536x128 (256 / 384) 58.3 / 56.1 / 46.6 / 65.6, causal 35.8 / 36.5
+// / 29.5 / 54.5; 1x32x768x128 (128 / 192) 22.2 / 22.6 / 14.8 / 26.5, causal 13.3 / 14.4 / 14.1 / 23.9; 2x16x577x128
+// (128 / 160) 19.7 / 21.9 / 13.2 / 25.2, causal 10.5 / 13.0 / 11.6 / 19.7; 1x16x1536x128 (128 / 192) 37.1 / 36.1 /
+// 24.2 / 44.2, causal 20.0 / 19.4 / 23.1 / 36.3; at D = 64 (wgmma_fp8_m64 first) 4x16x768x64 28.3 / 28.8 / 24.0 /
+// 27.8, causal 20.9 / 21.0 / 17.5 / 25.1; 1x32x768x64 18.7 / 19.6 / 13.1 / 20.0, causal 12.3 / 12.1 / 12.7 / 17.9;
+// 2x16x1536x64 47.3 / 47.8 / 39.5 / 47.3, causal 29.9 / 30.5 / 25.1 / 38.5. Equal waves: 3x16x1024x128 (288 / 384)
+// 42.0 / 40.9 / 43.3 / 46.9, causal 27.9 / 28.9 / 27.7 / 41.1; 6x12x577x128 (288 / 360) 30.1 / 32.7 / 30.8 / 35.1,
+// causal 21.2 / 23.6 / 22.8 / 29.8; 3x16x1024x64 34.8 / 35.2 / 33.8 / 34.9, causal 24.1 / 24.2 / 23.3 / 29.5;
+// 2x16x1024x128 (192 / 256) 28.7 / 28.0 / 33.2 / 33.4, 1x16x1024x128 (96 / 128) 15.4 / 15.2 / 17.4 / 19.6
+// (2026-11-28, dca4ecb).
 namespace {
 bool one_group_pays(const AttentionParams& p) {
   if (p.head_dim == 64) return p.seqlen_k <= 1024;
@@ -339,10 +348,9 @@ int64_t grid_waves(const AttentionParams& p, int block_m, int sms) {
 
 bool fp8_three_groups_pay(const AttentionParams& p, int sms) {
   sms = std::max(sms, 1);
-  const bool fewer_waves = grid_waves(p, 192, sms) < grid_waves(p, 128, sms);
+  const bool waves_pay = p.is_causal ? grid_waves(p, 192, sms) >= 2 : grid_waves(p, 192, sms) < grid_waves(p, 128, sms);
   const bool long_heads_fill = p.seqlen_k >= 2048 && attention_blocks(p, 192) >= sms;
-  return p.seqlen_k >= (p.head_dim == 64 ? 577 : 512) && rows_fill_192_row_tiles(p) &&
-         (fewer_waves || long_heads_fill);
+  return p.seqlen_k >= (p.head_dim == 64 ? 577 : 512) && rows_fill_192_row_tiles(p) && (waves_pay || long_heads_fill);
 }
 }  // namespace
 
