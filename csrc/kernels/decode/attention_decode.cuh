@@ -87,7 +87,9 @@ struct DecodeConfig {
   // stages per group with 2 key groups (96 KB, 2 blocks per SM). 64-row blocks: one key group of 8 stages (64 KB, 3
   // blocks per SM); 12 slots against 8 measured 344.4 against 300.9 us at 8x32x8x16x32768x128 (H100, 1cb1359):
   // those blocks want more warps to hide the latency of their mma chains. The warpgroup keeps all of its 3 slots in
-  // flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM.
+  // flight, beside its fp16 tiles (K of two tiles, V of three): 64 KB, 3 blocks per SM. A fourth slot (72 KB, still
+  // 3 blocks) changed nothing: H200, graph us, 3 alternating rounds, 3 / 4 slots, 8x32x8x16x32768x128 196.8-198.5 /
+  // 196.3-197.0, 1x32x8x16x131072x128 102.6-103.4 / 102.9-104.0 (2026-11-28).
   static constexpr int kSlots = kWgmma                     ? 3
                                 : kRowGroups == 4            ? 8
                                 : !kDeepRings                ? 12

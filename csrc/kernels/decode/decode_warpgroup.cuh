@@ -15,7 +15,13 @@
 // converts exactly the chunks it copied into the ring, so the ring needs no barrier. Measured on the way (same
 // shape): converting in the pass that multiplies, with a ring barrier, 271 us; L2 prefetches 4-16 tiles ahead,
 // 286-338 us (worse); per-chunk index math moved out of the loop (~100 of ~470 instructions per warp and tile), 238;
-// the softmax guessing that the row max stays (online_softmax_scores), 226.6 against 242.1 in one run.
+// the softmax guessing that the row max stays (online_softmax_scores), 226.6 against 242.1 in one run. On an H200
+// (2026-11-28, ncu, 8x32x8x16x32768x128) the block's four warps issue ~300 instructions per tile at about 6 cycles
+// each (stalls per issue: 1.8 fixed-latency dependencies, 1.2 short scoreboard, 0.4 long scoreboard, 0.3 barrier):
+// with three warps per SM sub-partition the issue slots are 48% busy, the tensor pipe 41% and DRAM 60%, so what
+// sets the pace is each warp's chain, with too few warps to cover it (the registers, 166 a thread, allow three
+// blocks). The softmax run beside the last tile's P V (its P into separate fragments, waiting for S alone) did not
+// shorten it: 194.4-195.9 us against 193.6-195.4 without (3 alternating rounds), 16x32x8x16x8192x64 4% slower.
 // The V tiles are written with the dims of each 16-dim block reordered (even dims, then odd), so that O comes out
 // of wgmma in the fragment order of the mma.sync decode warps (output_quad) and shares their epilogue.
 #pragma once
