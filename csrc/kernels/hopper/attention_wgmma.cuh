@@ -115,7 +115,7 @@ struct WgmmaConfig {
   // 4x16x2048x128 270.0 / 243.8 / 211.2, causal 148.3 / 143.0 / 135.3; 1x16x8192x128 986.1 / 885.1 / 761.6;
   // 8x16x512x128 45.0 / 41.5 / 45.8. Not built. Nor on fp16 copies (three predecoded groups, Q as an fp16 tile in
   // shared memory, no split tail): slower than `wgmma+predecode` everywhere, 5% at 4x16x2048x128 (231.1 against
-  // 220.6 us) and 5-25% elsewhere (H200, 2026-11-28, 3 interleaved rounds; h200-2026-11-28-m192-predecode.json). By
+  // 220.6 us) and 3-26% elsewhere (H200, 2026-11-28, 3 interleaved rounds; h200-2026-11-28-m192-predecode.json). By
   // count, per 64-key tile the three groups read Q, K and V from shared memory (144 KB, ~1150 cycles at 128 bytes a
   // cycle against ~1540 of tensor work), where two groups with Q in registers read 128 KB per 128-key tile of ~2050.
   static constexpr int kConsumerGroups = kConsumerGroups_;
