@@ -5,6 +5,7 @@
 #
 #   SDPA_COMMIT=<hash of the tree sent> bash scripts/gpu_check.sh [extra pytest args]
 #   SDPA_TESTS="tests/test_decode.py tests/test_kv_cache.py" bash scripts/gpu_check.sh   # a subset of the suite
+#   SDPA_TEST_VARIANTS="wgmma_m192,fast" bash scripts/gpu_check.sh   # accuracy tests of those variants only
 #   SDPA_VIT=1 bash scripts/gpu_check.sh        # also timm's vision transformers with the drop-in (benchmarks/vit.py)
 #
 # Logs and JSON go to $OUT (the device tool's output folder) or ./out.

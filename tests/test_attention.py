@@ -7,6 +7,7 @@
 """
 
 import contextlib
+import os
 from dataclasses import dataclass, replace
 
 import pytest
@@ -76,11 +77,42 @@ def gates_for(variant):
 
 
 def variants_for(device, head_dim=64):
-    """'auto', and on a GPU 'fast' and every variant it runs that is built for head_dim."""
+    """'auto', and on a GPU 'fast' and every variant it runs that is built for head_dim. SDPA_TEST_VARIANTS (names
+    separated by commas, e.g. "wgmma_m192,fast") keeps only those on the GPU, for a quick run of the kernels a change
+    touched; the GPU check runs them all."""
     if device == "cpu":
         return ["auto"]
-    return ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), head_dim)]
+    names = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), head_dim)]
+    chosen = os.environ.get("SDPA_TEST_VARIANTS")
+    if not chosen:
+        return names
+    chosen = chosen.split(",")
+    unknown = sorted(set(chosen) - {"auto", "fast", *sdpa_ext.variant_names()})
+    if unknown:
+        raise ValueError(f"SDPA_TEST_VARIANTS: no variant named {unknown}; expected names of "
+                         "sdpa_ext.variant_names(), 'auto' or 'fast', separated by commas")
+    kept = [name for name in names if name in chosen]
+    if not kept:
+        pytest.skip(f"SDPA_TEST_VARIANTS keeps no variant that runs on {sdpa_ext.device_arch()} at D = {head_dim}")
+    return kept
 
+
+
+def test_variant_filter_keeps_the_named_variants(monkeypatch):
+    # The filter's logic on names alone (no GPU needed): the named variants in ladder order, a clear error for a name
+    # that no variant has, and a skip where none of the named ones is built for the head dim.
+    monkeypatch.setattr(sdpa_ext, "device_arch", lambda device=None: "sm_90")
+    monkeypatch.setenv("SDPA_TEST_VARIANTS", "wgmma_m192,fast")
+    assert variants_for("cuda", 64) == ["fast", "wgmma_m192"]
+    assert variants_for("cpu", 64) == ["auto"]
+    monkeypatch.setenv("SDPA_TEST_VARIANTS", "wgmma_m192")
+    with pytest.raises(pytest.skip.Exception, match="D = 256"):
+        variants_for("cuda", 256)
+    monkeypatch.setenv("SDPA_TEST_VARIANTS", "wgmma_m129")
+    with pytest.raises(ValueError, match="SDPA_TEST_VARIANTS: no variant named \\['wgmma_m129'\\]"):
+        variants_for("cuda", 64)
+    monkeypatch.delenv("SDPA_TEST_VARIANTS")
+    assert variants_for("cuda", 64) == ["auto", "fast", *sdpa_ext.variant_names("sm_90", 64)]
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)
 CLASSIC = [(1, 2, 2, 64, 64, 64), (1, 4, 4, 128, 128, 64), (1, 8, 8, 512, 512, 64), (2, 2, 2, 64, 64, 64),
