@@ -8,7 +8,7 @@
 #include "../csrc/kernels/decode/attention_decode.cuh"
 #include "../csrc/kernels/fp8_mma/attention_fp8.cuh"
 #include "../csrc/kernels/fp8_mma/attention_fp8_split.cuh"
-#include "../csrc/kernels/hopper/attention_wgmma.cuh"
+#include "../csrc/kernels/hopper/wgmma_config.cuh"
 #include "../csrc/kernels/ladder/attention_mma.cuh"
 #include "../csrc/kernels/ladder/attention_scalar.cuh"
 #include "../csrc/kernels/ladder/attention_wmma.cuh"
