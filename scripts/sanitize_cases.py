@@ -16,10 +16,13 @@ import sdpa_ext
 # tiles, or all five (rows past seqlen_q). D = 256 (the variants built for it): partial 32-key tiles (64 in
 # `wgmma+predecode`), GQA, causal, and 256 blocks of which `wgmma+predecode` decodes the later kv heads in the grid.
 # 1x32x1 600 x 700: 160 query blocks per kv head, where `wgmma_fp8+fp8_pv` reads V^T from a pass
-# (transpose_values.h); 1x32x1 960 x 961, where `wgmma_fp8_m192+fp8_pv` does and splits its last wave.
+# (transpose_values.h); 1x32x1 960 x 961, where `wgmma_fp8_m192+fp8_pv` does and splits its last wave. The 256
+# blocks at D = 128 as well (8x32x8 128 x 700): `wgmma+predecode`'s decode in the grid in its D = 128 build, `auto`'s
+# kernel for long heads there (three chunks of 128 keys of K or V per block).
 CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40, 129, 128, True),
          (1, 2, 2, 129, 1, 128, False), (1, 2, 2, 130, 600, 64, False), (1, 2, 1, 200, 600, 128, True),
-         (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (1, 2, 2, 600, 600, 64, True),
+         (8, 32, 8, 64, 700, 64, False), (8, 32, 8, 64, 700, 64, True), (8, 32, 8, 128, 700, 128, False),
+         (8, 32, 8, 128, 700, 128, True), (1, 2, 2, 600, 600, 64, True),
          (1, 4, 2, 70, 150, 256, True), (1, 2, 2, 33, 100, 256, False), (8, 32, 8, 64, 300, 256, True),
          (1, 32, 1, 600, 700, 128, True), (1, 32, 1, 960, 961, 128, False)]
 
