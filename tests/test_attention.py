@@ -97,7 +97,6 @@ def variants_for(device, head_dim=64):
     return kept
 
 
-
 def test_variant_filter_keeps_the_named_variants(monkeypatch):
     # The filter's logic on names alone (no GPU needed): the named variants in ladder order, a clear error for a name
     # that no variant has, and a skip where none of the named ones is built for the head dim.
@@ -113,6 +112,7 @@ def test_variant_filter_keeps_the_named_variants(monkeypatch):
         variants_for("cuda", 64)
     monkeypatch.delenv("SDPA_TEST_VARIANTS")
     assert variants_for("cuda", 64) == ["auto", "fast", *sdpa_ext.variant_names("sm_90", 64)]
+
 
 # (B, Hq, Hkv, Sq, Sk, D, causal)
 CLASSIC = [(1, 2, 2, 64, 64, 64), (1, 4, 4, 128, 128, 64), (1, 8, 8, 512, 512, 64), (2, 2, 2, 64, 64, 64),
