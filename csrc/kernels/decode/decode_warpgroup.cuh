@@ -22,6 +22,10 @@
 // sets the pace is each warp's chain, with too few warps to cover it (the registers, 166 a thread, allow three
 // blocks). The softmax run beside the last tile's P V (its P into separate fragments, waiting for S alone) did not
 // shorten it: 194.4-195.9 us against 193.6-195.4 without (3 alternating rounds), 16x32x8x16x8192x64 4% slower.
+// ncu's source counters there put 18% of the warps' stall samples on the conversions' first instructions, waiting
+// (short scoreboard) for the shared loads of the codes, V's loads queued behind K's stores. Those waits are off the
+// chain: K's and V's chunks loaded together (168 registers, a 4-byte spill) took 192.0-195.2 us against 194.3-195.1,
+// and loaded before the wgmma issue 194.0-196.5 (3 alternating rounds, H200, 2026-11-29).
 // The V tiles are written with the dims of each 16-dim block reordered (even dims, then odd), so that O comes out
 // of wgmma in the fragment order of the mma.sync decode warps (output_quad) and shares their epilogue.
 #pragma once

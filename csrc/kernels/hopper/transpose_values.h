@@ -24,6 +24,11 @@ SDPA_HOST_DEVICE int64_t transposed_values_row_bytes(const AttentionParams& para
 // 333.8, 333.6 / 323.8, 327.4 and 349.3, 340.9 / 336.2, 366.3; 4x16x2048x128 (16) 178.1, 177.7 / 176.9, 177.0,
 // causal 108.8, 108.7 / 114.7, 114.5; 2x16x4096x128 (32) 339.9, 342.0 / 339.2, 336.5; 1x32x8x2048x128 (64) 90.2,
 // 91.9 / 87.5, 85.6, causal 54.8, 54.3 / 52.6, 53.3; 1x16x8192x64 534.3, 535.8 / 511.2, 507.1.
+// What V^T already in memory would save where the blocks transpose (ncu durations of the attention kernel alone,
+// running clocks, H200, 2026-11-29, two calls each, transposing / reading V^T; the pass took 6-10.6 us):
+// 4x16x2048x128 170.7, 170.5 / 162.1, 162.5, causal 101.5, 102.1 / 103.1, 102.6; 4x16x2048x64 134.0, 134.6 / 130.0,
+// 130.7, causal 81.2, 81.3 / 79.0, 79.1; 1x16x8192x128 causal 298.9, 297.3 / 291.9, 292.8. A quantizer that wrote
+// V^T would save that much of the drop-in's time (8 us, 4%, at 4x16x2048x128; nothing causal).
 bool values_by_pass_pays(const AttentionParams& params, int block_m);
 // The rows per block of `wgmma_fp8+fp8_pv`, for which the workspace is planned; `wgmma_fp8_m192+fp8_pv` runs the
 // pass too, where its fewer blocks of 192 rows pay (and so those of 128 do).
