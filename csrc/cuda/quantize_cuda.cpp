@@ -70,7 +70,10 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 // launches dominate: 6 launches took 21.7 us for q, k and v at 1x8x512x64 on an H200); otherwise two passes each.
 // Which one-launch kernel, by graph us per call for q, k and v on an H100 (2026-11-24):
 // - heads fewer than a quarter of the SMs: clusters of 16 blocks a head (1x8x512x64, 24 heads: 4.1 against 6.9 for
-//   a block a head);
+//   a block a head); against 8 blocks (H200, 2026-11-29, graph us, 3 rounds; equal outputs at 1x8x512x64):
+//   1x8x512x64 3.30-3.35 / 3.19, 1x4x512x128 3.36-3.39 / 3.44-3.51, 1x8x1024x64 3.75-3.85 / 4.29-4.35, 1x8x2048x64
+//   4.69-4.78 / 6.55-6.61, 1x8x1024x128 4.66-4.74 / 6.54-6.55: shares of ~8 KB run fastest, so 8 blocks would gain
+//   only at heads of 64 KB (0.12 us at the mission shape);
 // - more heads, while three blocks holding a head fit an SM: a block a head, against 16-block clusters and clusters
 //   of as few blocks as hold a head: 2x8x256x64 4.5 / 7.4 / 6.5, 8x16x512x64 19.0 / - / 24.3, 32x12x197x64
 //   30.8 / 157.3 / 31.6, 32x16x577x64 79.9 / 264.7 / 109.8, 32x16x257x128 69.9 / 249.1 / 103.1;
