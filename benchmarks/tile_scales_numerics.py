@@ -2,16 +2,18 @@
 
 A kernel that encodes K and V inside its grid, a tile at a time, can take each tile's amax itself; per-head scales
 need a pass over the whole head first (docs/performance.md, "What limits it now"). This prints the end-to-end SQNR
-(dB) of float64 attention on the dequantized inputs against float64 attention on the originals, with q quantized
-per 16 rows (as the drop-in's kernels do, but by amax / 448 where they take a power of two) and K, V per head or per
-tile of 128 or 64 keys, each scale amax / 448 and each code exactly torch.float8_e4m3fn.
+(dB) of float64 attention (torch SDPA) on the dequantized inputs against float64 attention on the originals, with
+q quantized per 16 rows (as the drop-in's kernels do, but by amax / 448 where they take a power of two) and K, V per
+head or per tile of 128 or 64 keys, each tile through sdpa_ext.quantize_fp8 as a head of its own (values in
+float32).
 
     python benchmarks/tile_scales_numerics.py
 """
 
-import math
-
 import torch
+import torch.nn.functional as F
+
+import sdpa_ext
 from kv_cache_numerics import sqnr_db  # this folder
 
 SHAPES = [(1, 8, 1024, 64), (2, 8, 2048, 128)]
@@ -20,22 +22,14 @@ TILES = [None, 128, 64]  # None: per head
 
 
 def quantize_rows(x: torch.Tensor, rows) -> torch.Tensor:
-    """x [B, H, S, D] float64 through E4M3 codes with one scale per `rows` rows of each head (None: the whole head)."""
+    """x [B, H, S, D] through sdpa_ext's E4M3 quantizer with one scale per `rows` rows of each head (None: the
+    whole head): each tile of rows quantized as a head of its own, then dequantized (float64)."""
     b, h, s, d = x.shape
     rows = rows or s
     pad = -s % rows
-    tiles = torch.nn.functional.pad(x, (0, 0, 0, pad)).view(b, h, (s + pad) // rows, rows, d)
-    amax = tiles.abs().amax(dim=(-2, -1), keepdim=True)
-    scale = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
-    codes = (tiles / scale).to(torch.float8_e4m3fn)
-    return (codes.to(torch.float64) * scale).view(b, h, s + pad, d)[:, :, :s]
-
-
-def attend(q, k, v, causal):
-    s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
-    if causal:
-        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
-    return torch.softmax(s, -1) @ v
+    tiles = F.pad(x.float(), (0, 0, 0, pad)).reshape(b, h * ((s + pad) // rows), rows, d)
+    values = sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(tiles))
+    return values.reshape(b, h, s + pad, d)[:, :, :s].double()
 
 
 def make_inputs(kind, shape, gen):
@@ -62,10 +56,12 @@ def main():
         for kind in KINDS:
             q, k, v = make_inputs(kind, shape, gen)
             q16 = quantize_rows(q, 16)
+            kv_by_tile = [(quantize_rows(k, t), quantize_rows(v, t)) for t in TILES]
             cells = []
             for causal in (False, True):
-                ref = attend(q, k, v, causal)
-                cells += [sqnr_db(attend(q16, quantize_rows(k, t), quantize_rows(v, t), causal), ref) for t in TILES]
+                ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                cells += [sqnr_db(F.scaled_dot_product_attention(q16, k_tiled, v_tiled, is_causal=causal), ref)
+                          for k_tiled, v_tiled in kv_by_tile]
             print(f"| {'x'.join(map(str, shape))} | {kind} | " + " | ".join(f"{c:.2f}" for c in cells) + " |",
                   flush=True)
 
