@@ -27,8 +27,11 @@ SDPA_HOST_DEVICE int64_t transposed_values_row_bytes(const AttentionParams& para
 // What V^T already in memory would save where the blocks transpose (ncu durations of the attention kernel alone,
 // running clocks, H200, 2026-11-29, two calls each, transposing / reading V^T; the pass took 6-10.6 us):
 // 4x16x2048x128 170.7, 170.5 / 162.1, 162.5, causal 101.5, 102.1 / 103.1, 102.6; 4x16x2048x64 134.0, 134.6 / 130.0,
-// 130.7, causal 81.2, 81.3 / 79.0, 79.1; 1x16x8192x128 causal 298.9, 297.3 / 291.9, 292.8. A quantizer that wrote
-// V^T would save that much of the drop-in's time (8 us, 4%, at 4x16x2048x128; nothing causal).
+// 130.7, causal 81.2, 81.3 / 79.0, 79.1; 1x16x8192x128 causal 298.9, 297.3 / 291.9, 292.8. The streaming quantizer
+// writing V^T instead (four designs built, 2026-11-29) cost more than that: `quantize_fp8_kv` 39.2 to 63.1 us
+// against 32.9 at 4x16x2048x128, the drop-in `fast` 205.4 to 233.4 against 202.7 to 205.3: gathering a key group's
+// codes holds up the next head's copies, a staging buffer for the codes costs a block an SM, and stores of less
+// than a 32-byte sector cost the most (benchmarks/results/h200-2026-11-29-vt-quantizer.md).
 bool values_by_pass_pays(const AttentionParams& params, int block_m);
 // The rows per block of `wgmma_fp8+fp8_pv`, for which the workspace is planned; `wgmma_fp8_m192+fp8_pv` runs the
 // pass too, where its fewer blocks of 192 rows pay (and so those of 128 do).
