@@ -5,7 +5,8 @@ need a pass over the whole head first (docs/performance.md, "What limits it now"
 (dB) of float64 attention (torch SDPA) on the dequantized inputs against float64 attention on the originals, with
 q quantized per 16 rows (as the drop-in's kernels do, but by amax / 448 where they take a power of two) and K, V per
 head or per tile of 128 or 64 keys, each tile through sdpa_ext.quantize_fp8 as a head of its own (values in
-float32).
+float32), by amax / 448 or by that rounded up to a power of two (as q's per 16 rows: one multiply a value to
+encode, which a quantizer on a few SMs needs: h200-2026-11-29-quantizer-beside-kernel.md).
 
     python benchmarks/tile_scales_numerics.py
 """
@@ -18,17 +19,23 @@ from kv_cache_numerics import sqnr_db  # this folder
 
 SHAPES = [(1, 8, 1024, 64), (2, 8, 2048, 128)]
 KINDS = ["randn", "key channel offsets, sd 5", "1/256 of k, v rows x100", "k, v magnitude 0.2 -> 5 along keys"]
-TILES = [None, 128, 64]  # None: per head
+# (rows per scale, power-of-two scales); rows None: per head.
+TILES = [(None, False), (128, False), (64, False), (64, True)]
 
 
-def quantize_rows(x: torch.Tensor, rows) -> torch.Tensor:
+def quantize_rows(x: torch.Tensor, rows, power_of_two=False) -> torch.Tensor:
     """x [B, H, S, D] through sdpa_ext's E4M3 quantizer with one scale per `rows` rows of each head (None: the
-    whole head): each tile of rows quantized as a head of its own, then dequantized (float64)."""
+    whole head): each tile of rows quantized as a head of its own, by amax / 448 or, with power_of_two, by that
+    rounded up to a power of two (1 for a tile of zeros); then dequantized (float64)."""
     b, h, s, d = x.shape
     rows = rows or s
     pad = -s % rows
     tiles = F.pad(x.float(), (0, 0, 0, pad)).reshape(b, h * ((s + pad) // rows), rows, d)
-    values = sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(tiles))
+    scale = None
+    if power_of_two:
+        amax = tiles.abs().amax(dim=(2, 3)).double()
+        scale = torch.where(amax > 0, torch.exp2(torch.ceil(torch.log2(amax / 448))), 1.0).float()
+    values = sdpa_ext.dequantize_fp8(*sdpa_ext.quantize_fp8(tiles, scale))
     return values.reshape(b, h, s + pad, d)[:, :, :s].double()
 
 
@@ -49,14 +56,14 @@ def make_inputs(kind, shape, gen):
 
 def main():
     gen = torch.Generator().manual_seed(0)
-    names = ["per head" if t is None else f"per {t} keys" for t in TILES]
+    names = [("per head" if t is None else f"per {t} keys") + (", 2^k" if p else "") for t, p in TILES]
     print("| shape | inputs | " + " | ".join(names) + " | causal: " + " | ".join(names) + " |")
     print("|---" * (2 + 2 * len(TILES)) + "|")
     for shape in SHAPES:
         for kind in KINDS:
             q, k, v = make_inputs(kind, shape, gen)
             q16 = quantize_rows(q, 16)
-            kv_by_tile = [(quantize_rows(k, t), quantize_rows(v, t)) for t in TILES]
+            kv_by_tile = [(quantize_rows(k, t, p), quantize_rows(v, t, p)) for t, p in TILES]
             cells = []
             for causal in (False, True):
                 ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
