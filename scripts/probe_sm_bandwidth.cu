@@ -10,7 +10,7 @@
 // 32.9 us). The 44-block row runs 2.9 turns of heads, uneven. Copies of 4 KB instead of 16 (a scratch variant) took
 // 132.0 us against 42.5 there, and shares of every head taken by every block 49.9 against 42.5: the TMA's rate per
 // SM holds for large copies only (h200-2026-11-29-quantizer-beside-kernel.md).
-//   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/probe scripts/probe_sm_bandwidth.cu && /tmp/probe
+//   nvcc -std=c++17 -O3 -arch=sm_90a -I csrc/kernels -o /tmp/probe scripts/probe_sm_bandwidth.cu && /tmp/probe
 #include <cuda_fp16.h>
 
 #include <cstdint>

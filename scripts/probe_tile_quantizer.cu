@@ -10,7 +10,7 @@
 // Per-tile scales need no exchange between the blocks (a per-head scale does: h200-2026-11-29-quantizer-beside-
 // kernel.md), and on 32 SMs the encode's instructions decide the time: powers of two it must be, or a cheaper
 // quotient than a division.
-//   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/probe scripts/probe_tile_quantizer.cu && /tmp/probe
+//   nvcc -std=c++17 -O3 -arch=sm_90a -I csrc/kernels -o /tmp/probe scripts/probe_tile_quantizer.cu && /tmp/probe
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 

@@ -1,5 +1,6 @@
-// What the TMA probes share (probe_sm_bandwidth.cu, probe_tile_quantizer.cu): mbarriers, a bulk copy into shared
-// memory, fp16 to E4M3 by a power-of-two reciprocal, and the median event time of a launch with L2 flushed.
+// What the TMA probes share (probe_sm_bandwidth.cu, probe_tile_quantizer.cu): a ring of slots filled by bulk copies,
+// fp16 to E4M3 by a power-of-two reciprocal, and the median event time of a launch with L2 flushed. The mbarrier
+// helpers are the kernels' own (hopper/hopper.cuh: build with -I csrc/kernels -arch=sm_90a).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -7,31 +8,24 @@
 #include <algorithm>
 #include <cstdint>
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n .reg .pred done;\n wait:\n mbarrier.try_wait.parity.shared.b64 done, [%0], %1;\n @!done bra wait;\n}\n"
-      ::"r"(shared_address(bar)), "r"(parity)
-      : "memory");
-}
+#include "hopper/hopper.cuh"
+
+using sdpa::fence_mbarrier_init;
+using sdpa::mbarrier_arrive_expect_bytes;
+using sdpa::mbarrier_init;
+using sdpa::mbarrier_wait;
+using sdpa::smem_address;
+
+// A plain arrival on an mbarrier: a consumer hands its slot back to the copier.
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 // `bytes` bytes from global memory into shared memory by one TMA bulk copy, announced on and counted down on `bar`.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, int bytes, uint64_t* bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
-               : "memory");
+  mbarrier_arrive_expect_bytes(bar, bytes);
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   shared_address(dst)),
-               "l"(src), "r"(bytes), "r"(shared_address(bar))
+                   smem_address(dst)),
+               "l"(src), "r"(bytes), "r"(smem_address(bar))
                : "memory");
 }
 // Thread 0: for each slot of a ring, full[s] (one arrival and the copy's bytes) and empty[s] (`consumers` arrivals).
@@ -41,7 +35,7 @@ __device__ __forceinline__ void init_ring(uint64_t* full, uint64_t* empty, int s
       mbarrier_init(&full[s], 1);
       mbarrier_init(&empty[s], consumers);
     }
-    mbarrier_init_fence();
+    fence_mbarrier_init();
   }
 }
 // One thread: each head of this block (blockIdx.x, + gridDim.x, ...) of `heads` heads of head_elems fp16 values,
