@@ -48,19 +48,18 @@ __global__ void __launch_bounds__(32 + kEncoders, 1)
         const uint4* slot = ring + s * (kChunk / 16);
         __half2 m = __float2half2_rn(0.f);
         for (int j = 0; j < 4; ++j) {
-          uint4 v = slot[t + j * kEncoders];
-          const __half2* pairs = reinterpret_cast<const __half2*>(&v);
-          for (int e = 0; e < 4; ++e) m = __hmax2(m, __habs2(pairs[e]));
+          const uint4 v = slot[t + j * kEncoders];
+          m = max_abs_pairs(m, v);
         }
         amax = fmaxf(amax, fmaxf(__low2float(m), __high2float(m)));
         __syncwarp();
         if (t % 32 == 0) mbarrier_arrive(&empty[s]);
       }
-      for (int o = 16; o; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, o));
+      amax = group_max<32>(amax);
       if (t % 32 == 0) warp_amax[warp] = amax;
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      barrier_sync(1, kEncoders);
       for (int w = 0; w < kEncoderWarps; ++w) amax = fmaxf(amax, warp_amax[w]);
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      barrier_sync(1, kEncoders);
       const float scale = fmaxf(amax, 1e-12f) / 448.f;
       if (t == 0) scales[h] = scale;
       inverse = __float2half2_rn(1.f / scale);

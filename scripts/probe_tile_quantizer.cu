@@ -46,11 +46,9 @@ __global__ void __launch_bounds__(32 + 32 * kWarps, 1)
       __half2 m = __float2half2_rn(0.f);
       for (int k = lane; k < kTile / 16; k += 32) {
         const uint4 v = slot[k];
-        const __half2* pairs = reinterpret_cast<const __half2*>(&v);
-        for (int e = 0; e < 4; ++e) m = __hmax2(m, __habs2(pairs[e]));
+        m = max_abs_pairs(m, v);
       }
-      float amax = fmaxf(__low2float(m), __high2float(m));
-      for (int o = 16; o; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, o));
+      const float amax = group_max<32>(fmaxf(__low2float(m), __high2float(m)));
       const float scale = fmaxf(amax, 1e-30f) / 448.f;
       uint8_t* out = codes + h * head_elems + static_cast<int64_t>(c) * (kTile / 2);
       if (lane == 0) scales[h * tiles + c] = scale;

@@ -1,6 +1,6 @@
 // What the TMA probes share (probe_sm_bandwidth.cu, probe_tile_quantizer.cu): a ring of slots filled by bulk copies,
-// fp16 to E4M3 by a power-of-two reciprocal, and the median event time of a launch with L2 flushed. The mbarrier
-// helpers are the kernels' own (hopper/hopper.cuh: build with -I csrc/kernels -arch=sm_90a).
+// the amax and the E4M3 codes of fp16 vectors, and the median event time of a launch with L2 flushed. The mbarrier,
+// named-barrier and warp-reduction helpers are the kernels' own (build with -I csrc/kernels -arch=sm_90a).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "common/attention_common.cuh"
 #include "hopper/hopper.cuh"
 
+using sdpa::barrier_sync;
 using sdpa::fence_mbarrier_init;
+using sdpa::group_max;
 using sdpa::mbarrier_arrive_expect_bytes;
 using sdpa::mbarrier_init;
 using sdpa::mbarrier_wait;
@@ -55,6 +58,13 @@ __device__ __forceinline__ void copy_heads(const half* x, int heads, int64_t hea
       }
     }
   }
+}
+
+// The running pairwise max of |value| over the 8 fp16 values of `values` (converted to float once, at the end).
+__device__ __forceinline__ __half2 max_abs_pairs(__half2 running, const uint4& values) {
+  const __half2* pairs = reinterpret_cast<const __half2*>(&values);
+  for (int e = 0; e < 4; ++e) running = __hmax2(running, __habs2(pairs[e]));
+  return running;
 }
 
 // The E4M3 codes of 8 fp16 values times `inverse` (a power of two: the products are exact), 4 to a word.
