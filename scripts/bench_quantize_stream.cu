@@ -1,7 +1,8 @@
-// Times the streaming quantizer (csrc/kernels/quantize/quantize_stream.cu, q, k and v of fp16 in one launch) against
-// a plain cast of the same bytes (read fp16, write codes under a fixed scale: no amax) and a plain read, by CUDA-graph
-// replay, and checks its codes and scales against a naive per-head reference. Built from the kernel's source alone,
-// in seconds, so that a change to it can be timed without building the extension (sm_90):
+// Times the streaming quantizer (csrc/kernels/quantize/quantize_stream.cu, q, k and v of fp16 in one launch, then k
+// and v alone as the drop-in's quantize_fp8_kv takes them) against a plain cast of the same bytes (read fp16, write
+// codes under a fixed scale: no amax) and a plain read, by CUDA-graph replay, and checks its codes and scales against
+// a naive per-head reference. Built from the kernel's source alone, in seconds, so that a change to it can be timed
+// without building the extension (sm_90):
 //   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I csrc/kernels scripts/bench_quantize_stream.cu \
 //     -o /tmp/bench_stream && /tmp/bench_stream
 // Exits 1 if a code or scale differs. Inputs: a hash of the index turned into normal values (deterministic), scaled
@@ -114,27 +115,31 @@ int main() {
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device");
   bool all_right = true;
-  std::printf("| q, k, v (fp16) | quantizer us | plain cast us | plain read us | floor at 3.35 TB/s | wrong |\n");
-  std::printf("|---|---|---|---|---|---|\n");
-  for (const auto& shape : shapes) {
+  std::printf("| fp16 | shape | quantizer us | plain cast us | plain read us | floor at 3.35 TB/s | wrong |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  constexpr int kShapes = sizeof(shapes) / sizeof(shapes[0]);
+  for (int run = 0; run < 2 * kShapes; ++run) {  // q, k and v, then k and v
+    const int tensors = run < kShapes ? 3 : 2;
+    const auto& shape = shapes[run % kShapes];
     const int batch = shape[0], heads = shape[1], rows = shape[2], cols = shape[3];
     const int64_t per_tensor = int64_t{batch} * heads * rows * cols, head_values = int64_t{rows} * cols;
-    const int all_heads = 3 * batch * heads;
+    const int all_heads = tensors * batch * heads;
+    const char* label = tensors == 3 ? "q, k, v" : "k, v";
     __half* x;
     uint8_t* codes;
     float *scales, *expected;
     unsigned* wrong;
-    check(cudaMalloc(&x, 3 * per_tensor * sizeof(__half)), "malloc");
-    check(cudaMalloc(&codes, 3 * per_tensor), "malloc");
+    check(cudaMalloc(&x, tensors * per_tensor * sizeof(__half)), "malloc");
+    check(cudaMalloc(&codes, tensors * per_tensor), "malloc");
     check(cudaMalloc(&scales, all_heads * sizeof(float)), "malloc");
     check(cudaMalloc(&expected, all_heads * sizeof(float)), "malloc");
     check(cudaMalloc(&wrong, sizeof(unsigned)), "malloc");
     check(cudaMemsetAsync(wrong, 0, sizeof(unsigned), stream), "memset");
-    fill_normal<<<1024, 256, 0, stream>>>(x, 3 * per_tensor, 12345u + rows + cols);
+    fill_normal<<<1024, 256, 0, stream>>>(x, tensors * per_tensor, 12345u + rows + cols);
     QuantizeHeadsParams batch_params{};
-    batch_params.count = 3;
+    batch_params.count = tensors;
     batch_params.vectorized = true;
-    for (int t = 0; t < 3; ++t) {
+    for (int t = 0; t < tensors; ++t) {
       QuantizeParams& p = batch_params.tensors[t];
       p.x = x + t * per_tensor;
       p.x_type = InputType::kFloat16;
@@ -152,7 +157,8 @@ int main() {
       batch_params.first_block[t + 1] = batch_params.first_block[t] + batch * heads;
     }
     if (!quantize_heads_by_stream(batch_params, 90)) {
-      std::printf("| %dx%dx%dx%d | not taken by the streaming kernel | | | | |\n", batch, heads, rows, cols);
+      std::printf("| %s | %dx%dx%dx%d | not taken by the streaming kernel | | | | |\n", label, batch, heads, rows,
+                  cols);
       continue;
     }
     check(launch_quantize_heads_stream(batch_params, stream), "quantizer");
@@ -167,15 +173,15 @@ int main() {
     int wrong_scales = 0;
     for (int h = 0; h < all_heads; ++h) wrong_scales += ours[h] != theirs[h];
     all_right = all_right && wrong_codes == 0 && wrong_scales == 0;
-    const int64_t vectors = 3 * per_tensor / 8;
+    const int64_t vectors = tensors * per_tensor / 8;
     const float quantizer = graph_us([&] { launch_quantize_heads_stream(batch_params, stream); }, stream);
     const uint4* values = reinterpret_cast<const uint4*>(x);
     const float cast = graph_us(
         [&] { plain_cast<<<sms * 8, 256, 0, stream>>>(values, reinterpret_cast<uint2*>(codes), vectors); }, stream);
     const float read = graph_us([&] { plain_read<<<sms * 8, 256, 0, stream>>>(values, vectors, expected); }, stream);
-    const double floor_us = 3.0 * per_tensor * 3 / 3.35e6;  // 2 bytes read, 1 written per value
-    std::printf("| %dx%dx%dx%d | %.1f | %.1f | %.1f | %.1f | %u codes, %d scales |\n", batch, heads, rows, cols,
-                quantizer, cast, read, floor_us, wrong_codes, wrong_scales);
+    const double floor_us = 3.0 * per_tensor * tensors / 3.35e6;  // 2 bytes read, 1 written per value
+    std::printf("| %s | %dx%dx%dx%d | %.1f | %.1f | %.1f | %.1f | %u codes, %d scales |\n", label, batch, heads, rows,
+                cols, quantizer, cast, read, floor_us, wrong_codes, wrong_scales);
     cudaFree(x);
     cudaFree(codes);
     cudaFree(scales);
