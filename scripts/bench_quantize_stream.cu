@@ -109,7 +109,8 @@ float graph_us(Launch launch, cudaStream_t stream) {
 int main() {
   using namespace bench;
   const int shapes[][4] = {{4, 16, 2048, 128}, {4, 16, 2048, 64}, {4, 32, 2048, 128},
-                           {2, 16, 4096, 128}, {4, 16, 2048, 256}, {8, 16, 1024, 128}};
+                           {2, 16, 4096, 128}, {4, 16, 2048, 256}, {8, 16, 1024, 128},
+                           {4, 16, 385, 128},  {8, 16, 1024, 64}};
   cudaStream_t stream;
   check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
   int sms = 0;

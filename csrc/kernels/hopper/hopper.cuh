@@ -95,6 +95,26 @@ __device__ __forceinline__ void mbarrier_wait(const void* bar, int parity) {
 #endif
 }
 
+// The shared::cluster address of the variable at `p` in block `rank` of the cluster (its own shared memory or
+// another block's).
+__device__ __forceinline__ uint32_t cluster_shared_address(const void* p, int rank) {
+  uint32_t address = 0;
+#if SDPA_HAS_SM90A
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(address) : "r"(smem_address(p)), "r"(rank));
+#endif
+  return address;
+}
+// Stores 4 bytes at a shared::cluster address (cluster_shared_address) and counts them down on the mbarrier at
+// `bar`, in the same block as the destination: the receiver learns of the store by its mbarrier, with no barrier
+// across the cluster.
+__device__ __forceinline__ void store_async_counted(uint32_t address, uint32_t value, uint32_t bar) {
+#if SDPA_HAS_SM90A
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(address),
+               "r"(value), "r"(bar)
+               : "memory");
+#endif
+}
+
 // TMA: copies the box of a 4-D tensor map at coordinates (c0 innermost ... c3) into shared memory (laid out and
 // swizzled as the map says; elements outside the tensor read as zero) and counts the bytes down on `bar`.
 __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap& map, int c0, int c1, int c2, int c3,

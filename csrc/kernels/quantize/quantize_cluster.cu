@@ -26,11 +26,11 @@ using quantize::cluster_amax;
 using quantize::cluster_launch_config;
 using quantize::head_values;
 using quantize::kQuantThreads;
+using quantize::send_block_amax;
 using quantize::smooths;
 using quantize::smoothing_stats_bytes;
 using quantize::tensor_of;
 using quantize::vector_amax;
-using quantize::write_block_amax;
 
 // The cluster kernel (sm_90): a cluster of blocks per head, each holding its share of the head in registers (at
 // most kHeldVectors 16-byte vectors per thread). The blocks' amaxes meet through distributed shared memory, so
@@ -97,6 +97,12 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
   const int vecs_per_row = p.cols / kVec, vecs = p.rows * vecs_per_row;
   const int per_block = (vecs + ctas - 1) / ctas;
   const int begin = rank * per_block, end = min(vecs, begin + per_block);
+  __shared__ float block_amaxes[kMaxClusterCtas];  // every block's amax (send_block_amax)
+  __shared__ alignas(8) uint64_t amaxes_arrived;
+  if (threadIdx.x == 0) {
+    mbarrier_init(&amaxes_arrived, 1);
+    fence_mbarrier_init();  // visible across the cluster by its start barrier, before any block stores into another
+  }
   arrive_cluster_start();
   allow_next_grid_launch();
   wait_for_previous_grids();  // launched overlapping the previous kernel (sm_90), which may write x
@@ -117,7 +123,6 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     }
   }
   __shared__ float head_scale;
-  __shared__ float block_amaxes[kMaxClusterCtas];  // every block's amax (write_block_amax)
   float* totals = nullptr;
   if (smooth) {
     // A quarter of the thread's channels at a time, within four blocks' 64 registers (all of them at once took
@@ -146,10 +151,10 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     amax = block_max(amax);  // in warp 0
   }
   wait_cluster_start();
-  if (!smooth) write_block_amax(cluster, block_amaxes, ctas, rank, amax);
-  cluster.sync();  // every block's per-channel totals are in its shared memory, or its amax in every block's
+  if (!smooth) send_block_amax(block_amaxes, &amaxes_arrived, ctas, rank, amax);
   float scale;
   if (smooth) {
+    cluster.sync();  // every block's per-channel totals are in its shared memory
     // The warps' statistics are spent: their space takes the gathered shift (cluster_smoothed_amax).
     amax = cluster_smoothed_amax(cluster, p, ctas, rank, totals, cluster_stats);
     if (threadIdx.x == 0) head_scale = scale_from_amax(amax);
@@ -158,9 +163,11 @@ __global__ void __launch_bounds__(kClusterThreads, kSmooth || sizeof(T) == 2 ? 4
     __syncthreads();
     scale = head_scale;
   } else {
-    // Written into every block before the barrier rather than read from the others after it, so no cluster
-    // barrier before a block leaves. Graph us for q, k and v, H100, same run, read / written: 4.1 / 3.4 at
-    // 1x8x512x64 (fp16; bf16 4.1 / 3.7), 32.3 / 27.6 at 4x16x768x128.
+    // Written into every block rather than read from the others: graph us for q, k and v, H100, same run, read /
+    // written: 4.1 / 3.4 at 1x8x512x64 (fp16; bf16 4.1 / 3.7), 32.3 / 27.6 at 4x16x768x128. Counted in on an
+    // mbarrier rather than met at a cluster barrier (send_block_amax): H200, 1x8x512x64 fp16, three alternating
+    // runs, 2.77-2.79 against 3.31-3.33 (the same with a cluster barrier before a block leaves: 3.24-3.25).
+    mbarrier_wait(&amaxes_arrived, 0);
     scale = scale_from_amax(cluster_amax(block_amaxes, ctas));
   }
   if (rank == 0 && threadIdx.x == 0) p.scale[head] = scale;

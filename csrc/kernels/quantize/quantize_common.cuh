@@ -12,6 +12,7 @@
 
 #include "../common/attention_common.cuh"
 #include "../common/params.h"
+#include "../hopper/hopper.cuh"
 #include "channel_stats.cuh"
 #include "encode.cuh"
 
@@ -23,9 +24,14 @@ constexpr int kQuantThreads = 256;
 // A thread's vectors of a run of rows of vecs_per_row vectors are k, k + kQuantThreads, ...: where a row's vectors
 // divide the block's threads (steps_whole_rows) each lies `row_step` values after the one before, one add in place of
 // its row and column (an integer division and two 64-bit multiplies a vector).
-__device__ __forceinline__ bool steps_whole_rows(int vecs_per_row) { return kQuantThreads % vecs_per_row == 0; }
+// (Blocks of kThreads threads likewise.)
+template <int kThreads = kQuantThreads>
+__device__ __forceinline__ bool steps_whole_rows(int vecs_per_row) {
+  return kThreads % vecs_per_row == 0;
+}
+template <int kThreads = kQuantThreads>
 __device__ __forceinline__ int64_t row_step(int vecs_per_row, int64_t row_stride) {
-  return steps_whole_rows(vecs_per_row) ? kQuantThreads / vecs_per_row * row_stride : 0;
+  return steps_whole_rows<kThreads>(vecs_per_row) ? kThreads / vecs_per_row * row_stride : 0;
 }
 
 // Where head `head` (of B x H, batch-major) of p starts, in values of its input type.
@@ -37,26 +43,39 @@ __device__ __forceinline__ const T* head_values(const QuantizeParams& p, int hea
   return static_cast<const T*>(p.x) + head_offset(p, head);
 }
 
-// The max over a block of kThreads (at most 1024) threads; valid in warp 0.
+// The max over a block of kThreads (at most 1024) threads; valid in warp 0. Its warps' maxima go through
+// `warp_max` (kThreads / 32 floats of shared memory), which a block may take again only after another barrier of
+// all its threads (the form without it keeps its own).
 template <int kThreads = kQuantThreads>
-__device__ __forceinline__ float block_max(float x) {
-  __shared__ float warp_max[kThreads / 32];
+__device__ __forceinline__ float block_max(float x, float* warp_max) {
   x = group_max<32>(x);
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = x;
   __syncthreads();
   x = threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f;
   return group_max<32>(x);
 }
+template <int kThreads = kQuantThreads>
+__device__ __forceinline__ float block_max(float x) {
+  __shared__ float warp_max[kThreads / 32];
+  return block_max<kThreads>(x, warp_max);
+}
 
-// The amax of a head that the `ctas` blocks of a cluster (at most 32) share, in two halves around a cluster
-// barrier. Before it, each block writes its block_max (valid in warp 0) into slot `rank` of `amaxes` in every
-// block's shared memory (every block must have started: wait_cluster_start); after it, every thread of every block
-// reads the head's amax from its own block's slots. Written rather than read across the cluster: no round trip
-// through distributed shared memory after the barrier, and no block reads another's shared memory once past it.
-template <class Cluster>
-__device__ __forceinline__ void write_block_amax(const Cluster& cluster, float* amaxes, int ctas, int rank,
-                                                 float block_amax) {
-  if (threadIdx.x < ctas) *cluster.map_shared_rank(amaxes + rank, threadIdx.x) = block_amax;
+// The amax of a head that the `ctas` blocks of a cluster (at most 32) share. Each block sends its block_max (valid
+// in warp 0) by st.async into slot `rank` of `amaxes` in every block's shared memory, its 4 bytes counted down on
+// that block's mbarrier `arrived` (initialized for one arrival; every block must have started: wait_cluster_start),
+// on which thread 0 announces the ctas x 4 bytes due. Once the phase of `arrived` completes (mbarrier_wait), every
+// thread reads the head's amax from its own block's slots (cluster_amax). Written rather than read across the
+// cluster: no round trip through distributed shared memory; and counted in rather than met at a cluster barrier,
+// whose release would wait for every load the thread has in flight and for every block to arrive. A block may
+// leave once it has read the amaxes, with its own still on the way to others: each of them waits for it, so no
+// store reaches a block that has left.
+__device__ __forceinline__ void send_block_amax(float* amaxes, const uint64_t* arrived, int ctas, int rank,
+                                                float block_amax) {
+  if (threadIdx.x == 0) mbarrier_arrive_expect_bytes(arrived, ctas * static_cast<int>(sizeof(float)));
+  if (threadIdx.x < ctas) {
+    store_async_counted(cluster_shared_address(amaxes + rank, threadIdx.x), __float_as_uint(block_amax),
+                        cluster_shared_address(arrived, threadIdx.x));
+  }
 }
 __device__ __forceinline__ float cluster_amax(const float* amaxes, int ctas) {
   const int lane = threadIdx.x % 32;
@@ -91,13 +110,13 @@ inline int smoothing_stats_bytes(const QuantizeHeadsParams& b, int warps) {
   return cols == 0 ? 0 : channel_stats_floats(warps, cols) * static_cast<int>(sizeof(float));
 }
 
-// A launch of `blocks` blocks of kQuantThreads in clusters of `ctas`, which may start while the kernel ahead on the
+// A launch of `blocks` blocks of `threads` in clusters of `ctas`, which may start while the kernel ahead on the
 // stream still runs (programmatic stream serialization: see wait_for_previous_grids); the config points into attrs.
 inline cudaLaunchConfig_t cluster_launch_config(unsigned blocks, int ctas, size_t smem_bytes, cudaStream_t stream,
-                                                cudaLaunchAttribute (&attrs)[2]) {
+                                                cudaLaunchAttribute (&attrs)[2], int threads = kQuantThreads) {
   cudaLaunchConfig_t config = {};
   config.stream = stream;
-  config.blockDim = dim3(kQuantThreads);
+  config.blockDim = dim3(threads);
   config.gridDim = dim3(blocks);
   config.dynamicSmemBytes = smem_bytes;
   attrs[0].id = cudaLaunchAttributeClusterDimension;
