@@ -124,7 +124,8 @@ def test_nan_input_gives_nan_code(device):
 @pytest.mark.parametrize("shape", [
     (1, 2, 1, 1), (2, 3, 17, 64), (1, 8, 512, 64), (2, 2, 1000, 128), (2, 4, 300, 256),
     (4, 16, 385, 128),  # many heads too large for 3 blocks per SM: the streaming clusters (sm_90)
-    (2, 24, 1100, 256),  # streaming clusters with shares over 32 KB (16-bit inputs, sm_90)
+    (2, 24, 1100, 256),  # streaming clusters of 512-thread blocks, heads over 512 KB (16-bit inputs, sm_90)
+    (1, 36, 4096, 128),  # streaming clusters of 16 512-thread blocks: 1 MB heads (16-bit inputs, sm_90)
     (4, 16, 1930, 128),  # streaming clusters of 16 blocks whose shares start mid-row (16-bit inputs, sm_90)
     (4, 16, 3200, 80),  # streaming clusters, rows of 10 vectors: a block's 256 threads do not step whole rows
     (8, 16, 257, 80),  # a block per head, rows of 10 vectors: its 512 threads do not step whole rows
@@ -172,9 +173,9 @@ def test_dequantize_round_trip_error_bound(device):
     ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for a cluster or shared memory: the two-pass kernels
     ((8, 8, 256, 64), (8, 2, 200, 64)),     # many small heads: a block per head
     ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: streaming clusters (sm_90)
-    ((2, 16, 1536, 256), (2, 8, 1536, 256)),  # streaming clusters, 48 KB shares (16-bit inputs, sm_90)
+    ((2, 16, 1536, 256), (2, 8, 1536, 256)),  # streaming clusters of 512-thread blocks (16-bit inputs, sm_90)
     ((2, 16, 1930, 128), (2, 8, 2048, 128)),  # streaming clusters of 16 blocks, shares of two sizes
-    ((4, 16, 1024, 64), (4, 8, 1024, 64)),  # streaming clusters of two blocks for heads up to 128 KB (16-bit inputs)
+    ((4, 16, 1024, 64), (4, 8, 1024, 64)),  # streaming clusters of two 512-thread blocks: heads up to 128 KB
 ])
 def test_qkv_in_one_call_matches_three(device, dtype, shapes):
     q_shape, kv_shape = shapes
