@@ -175,8 +175,14 @@ inline void check_quantize_batch_inputs(const at::Tensor (&inputs)[kCount], cons
     check_same_device(inputs[t], names[t], inputs[0], names[0]);
   }
 }
-inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+// codes_width (quantize_fp8_qkv): the codes' head dim, zero-padded from D, a multiple of 8 (whole 8-byte stores).
+inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      std::optional<int64_t> codes_width = std::nullopt) {
   check_quantize_batch_inputs({q, k, v}, {"q", "k", "v"});
+  const int64_t head_dim = std::max({q.size(3), k.size(3), v.size(3)});
+  TORCH_CHECK(!codes_width.has_value() || (*codes_width >= head_dim && *codes_width % 8 == 0),
+              "codes_width must be a multiple of 8 of at least the head dim (", head_dim, "), got ",
+              codes_width.value_or(0));
 }
 inline void check_quantize_kv_inputs(const at::Tensor& k, const at::Tensor& v) {
   check_quantize_batch_inputs({k, v}, {"k", "v"});

@@ -23,7 +23,7 @@ TORCH_LIBRARY(sdpa, m) {
       "Tensor? seqlens_k=None, str causal_alignment=\"top_left\", str q_quantization=\"per_head\") -> ()");
   m.def("quantize_fp8(Tensor x, Tensor? scale=None) -> (Tensor x_fp8, Tensor scale)");
   m.def(
-      "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v) "
+      "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v, int? codes_width=None) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
   m.def("quantize_fp8_kv(Tensor k, Tensor v) -> (Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
   m.def(

@@ -60,24 +60,24 @@ def kernel_head_dim(head_dim: int) -> Optional[int]:
 
 
 def pad_last_dim(x: torch.Tensor, width: int) -> torch.Tensor:
-    """x [..., D] with zeros appended up to `width` dims (E4M3 codes padded through their bytes: code 0 is +0)."""
+    """x [..., D] with zeros appended up to `width` dims."""
     if x.size(-1) == width:
         return x
-    if x.dtype == torch.float8_e4m3fn:
-        return F.pad(x.view(torch.uint8), (0, width - x.size(-1))).view(x.dtype)
     return F.pad(x, (0, width - x.size(-1)))
 
 
 def quantize_padded(query, key, value, width, smooth_keys):
     """(q8, q_scale, k8, k_scale, v8, v_scale) of the inputs zero-padded to `width` dims. Zero dims leave each head's
-    amax alone and encode to code 0, so the true head dims are quantized and their codes padded, one byte a value:
-    at ViT-H/14's 32x16x257x80 (fp16) q, k and v then move 177 MB instead of 316 through memory, and the model ran
-    0.824x torch SDPA's speed instead of 0.773x (H100, benchmarks/vit.py). Smoothed keys keep the padded values: the
-    quantizer's channel groups take rows of a power of two of 16-byte vectors (smoothable_width)."""
+    amax alone and encode to code 0, so the true head dims are quantized and the quantizer writes their codes padded
+    (codes_width): at ViT-H/14's 32x16x257x80 (fp16) the drop-in `fast` took 221.0 us against 100.2 for its
+    quantizer and kernel while torch padded the codes (F.pad of the bytes, H200), and 0.824x the model's speed on
+    torch SDPA where the values were padded before the quantizer (0.773x, H100, benchmarks/vit.py). Smoothed keys
+    keep the padded values: the quantizer's channel groups take rows of a power of two of 16-byte vectors
+    (smoothable_width)."""
     if smooth_keys:
         query, key, value = (pad_last_dim(t, width) for t in (query, key, value))
-    q8, q_scale, k8, k_scale, v8, v_scale = quantize_fp8_qkv(query, key, value, smooth_k=smooth_keys)[:6]
-    return pad_last_dim(q8, width), q_scale, pad_last_dim(k8, width), k_scale, pad_last_dim(v8, width), v_scale
+        return quantize_fp8_qkv(query, key, value, smooth_k=True)[:6]
+    return quantize_fp8_qkv(query, key, value, codes_width=width)
 
 
 # q's size from which the kernels quantize it themselves (kernel_quantizes_query). The drop-in end to end, q per 16

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 import sdpa_ext
 from sdpa_ext import timing
-from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT, kernel_head_dim, kernel_quantizes_query
+from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT, kernel_head_dim, kernel_quantizes_query, quantize_padded
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -118,14 +118,19 @@ class ShapeBench:
         self.rounds, self.sustained_s = rounds, sustained_s
         self.timed_rows = []  # (row, fn) of every row that was timed, for the later rounds
         self.sets = input_sets(shape, dtype, device)
-        self.quantized = [[x for t in s for x in sdpa_ext.quantize_fp8(t)] for s in self.sets]
+        b, h, s, d = shape
+        # Kernel rows at a head dim without kernels (80, 88, ...) run as the drop-in does: codes zero-padded to the
+        # next kernel head dim, the softmax scale of the true one, the padded output dims cut off.
+        self.width = kernel_head_dim(d)
+        self.softmax_scale = None if self.width == d else 1.0 / math.sqrt(d)
+        self.quantized = [sdpa_ext.quantize_fp8_qkv(*s, codes_width=self.width) for s in self.sets] if self.width \
+            else []
         q, k, v = self.sets[0]
         self.reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=is_causal)
-        b, h, s, d = shape
         self.flops = 4 * b * h * s * s * d / (2 if is_causal else 1)
         self.rows = []
         # What the drop-in quantizes before the kernel: k and v where the kernel quantizes q itself, else q, k, v.
-        self.kernel_quantizes_q = kernel_quantizes_query(q, kernel_head_dim(d), "auto", SMOOTH_KEYS_DEFAULT)
+        self.kernel_quantizes_q = kernel_quantizes_query(q, self.width, "auto", SMOOTH_KEYS_DEFAULT)
         self.quantize_row = "sdpa_ext quantize k,v (q in the kernel)" if self.kernel_quantizes_q else \
             "sdpa_ext quantize q,k,v"
 
@@ -153,8 +158,9 @@ class ShapeBench:
     def kernel(self, variant):
         def call(i):
             q8, qs, k8, ks, v8, vs = self.quantized[i % len(self.quantized)]
-            return sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=self.is_causal, out_dtype=self.dtype,
-                                        variant=variant)
+            out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=self.is_causal, scale=self.softmax_scale,
+                                            out_dtype=self.dtype, variant=variant)
+            return out[..., :self.shape[3]], lse
         return call
 
     def quantize(self, i):
@@ -162,7 +168,7 @@ class ShapeBench:
         q, k, v = self.sets[i % len(self.sets)]
         if self.kernel_quantizes_q:
             return sdpa_ext.quantize_fp8_kv(k, v)
-        return sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=SMOOTH_KEYS_DEFAULT)
+        return quantize_padded(q, k, v, self.width, SMOOTH_KEYS_DEFAULT)
 
     def end_to_end(self, variant="auto"):
         def call(i):
@@ -199,6 +205,7 @@ class ShapeBench:
         that a drift of the GPU's clock during the run weighs on every row alike; each row's time is its median
         over the rounds, and the ratios compare those. On the GPU the first variant runs for WARM_UP_S before
         any timing (timing.warm_up_cuda), unless every row warms itself up (--sustained)."""
+        variants = variants if self.width else []  # no kernel holds this head dim: the drop-in runs torch SDPA
         if self.device == "cuda" and variants and not self.sustained_s:
             timing.warm_up_cuda(self.kernel(variants[0]), WARM_UP_S)
         for variant in variants:
@@ -365,7 +372,8 @@ def main(argv=None):
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
         shape_bench = ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds, args.sustained)
-        default = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), shape[3])] if cuda else ["auto"]
+        width = kernel_head_dim(shape[3])
+        default = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), width)] if cuda else ["auto"]
         results.append(shape_bench.run(args.variant or default))
         if cuda:
             torch.cuda.empty_cache()  # the next shape's input sets may be larger

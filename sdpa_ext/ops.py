@@ -95,9 +95,18 @@ def _quantize_fp8_fake(x, scale=None):
 
 
 @torch.library.register_fake("sdpa::quantize_fp8_qkv")
-def _quantize_fp8_qkv_fake(q, k, v):
+def _quantize_fp8_qkv_fake(q, k, v, codes_width=None):
     _check_same_device("q", q, k=k, v=v)
-    return (*_quantize_fp8_fake(q), *_quantize_fp8_fake(k), *_quantize_fp8_fake(v))
+    head_dim = max(t.size(3) for t in (q, k, v))
+    if codes_width is not None and (codes_width < head_dim or codes_width % 8):
+        raise RuntimeError(f"codes_width must be a multiple of 8 of at least the head dim ({head_dim}), got "
+                           f"{codes_width}")
+
+    def padded(x):
+        codes = x.new_empty((*x.shape[:3], max(codes_width or 0, x.size(3))), dtype=torch.float8_e4m3fn)
+        return codes, x.new_empty(x.shape[:2], dtype=torch.float32)
+
+    return (*padded(q), *padded(k), *padded(v))
 
 
 @torch.library.register_fake("sdpa::quantize_fp8_kv")

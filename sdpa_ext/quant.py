@@ -19,17 +19,24 @@ def quantize_fp8(x: torch.Tensor, scale: Optional[torch.Tensor] = None) -> Tuple
     return torch.ops.sdpa.quantize_fp8(x, scale)
 
 
-def quantize_fp8_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, smooth_k: bool = False):
+def quantize_fp8_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, smooth_k: bool = False,
+                     codes_width: Optional[int] = None):
     """quantize_fp8 of q, k and v (one dtype) in one call: on CUDA a single launch while every head fits on chip.
     Returns (q_fp8, q_scale, k_fp8, k_scale, v_fp8, v_scale), bit-identical to three quantize_fp8.
+
+    codes_width (a multiple of 8, at least the head dim) gives codes [B, H, S, codes_width] with code 0 past each
+    head dim: the zero-padded codes that head dims without kernels (80, 88, ...) run on, written by the quantizer
+    itself where a thread block holds a head (no pass over the codes to pad them). Not with smooth_k.
 
     With smooth_k, k is quantized minus its mean key m (per head and channel, float32 [B, H, D], returned seventh):
     k_fp8 = quantize_fp8(k - m) in float32 arithmetic. Softmax over the keys is unchanged (q.m adds the same to
     every score of a row), only lse moves, by softmax_scale * q.m; keys whose channels carry offsets (as trained
     models' do) then use E4M3's range for what varies. On CUDA m comes out of the pass that takes the amax."""
     if smooth_k:
+        if codes_width is not None:
+            raise ValueError("codes_width is not supported with smooth_k: pad the values instead")
         return torch.ops.sdpa.quantize_fp8_qkv_smooth_k(q, k, v)
-    return torch.ops.sdpa.quantize_fp8_qkv(q, k, v)
+    return torch.ops.sdpa.quantize_fp8_qkv(q, k, v, codes_width)
 
 
 def quantize_fp8_kv(k: torch.Tensor, v: torch.Tensor):

@@ -33,6 +33,15 @@ def test_sustained_applies_to_the_gpu_only(tmp_path, monkeypatch):
     assert all("time_us" in row and "clocks" not in row for row in report["results"][0]["rows"])
 
 
+def test_head_dims_without_kernels_time_the_kernel_on_padded_codes(tmp_path, monkeypatch):
+    # At D = 80 the kernel rows run as the drop-in does (codes padded to 128, the softmax scale of 80, 80 output
+    # dims), so they are as accurate as the drop-in's rows.
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    rows = {row["name"]: row for row in run_bench(tmp_path, "--shape", "1,2,40,80")["results"][0]["rows"]}
+    kernel, drop_in = rows["sdpa_ext[auto]"], rows["sdpa_ext end-to-end"]
+    assert kernel["sqnr_db"] > 20 and abs(kernel["sqnr_db"] - drop_in["sqnr_db"]) < 0.01
+
+
 def test_clock_power_lines_parse():
     assert timing.parse_clock_power("1770, 691.25\n") == (1770.0, 691.25)
     for bad in ("[N/A], 691.25", "", "1770"):

@@ -58,6 +58,7 @@ def test_opcheck_quantize(device):
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x,))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8.default, (x.float(), torch.rand(1, 4, device=device) + 0.1))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv.default, tuple(qkv(device)))
+    torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv.default, tuple(qkv(device)), {"codes_width": 128})
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_kv.default, tuple(qkv(device)[1:]))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv_smooth_k.default, tuple(qkv(device)))
 

@@ -241,6 +241,40 @@ def test_amax_scales_encode_every_16bit_value_like_torch(device, dtype, shape):
         assert torch.equal(codes.view(torch.uint8).cpu(), torch_codes(x, scale)[1])
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,width", [
+    ((32, 4, 257, 80), 128),   # many heads a block holds: the block-per-head kernel writes the padding
+    ((1, 2, 70, 88), 128),     # few heads: the same kernel (not the clusters, which do not pad)
+    ((1, 2, 50, 20), 32),      # 16-bit rows not in 16-byte vectors: codes one by one, the padding byte by byte
+    ((2, 2, 2048, 96), 128),   # heads no block holds: the other kernels' codes, padded after them
+    ((2, 3, 40, 64), 64),      # a width that pads nothing
+])
+def test_qkv_codes_width_pads_codes_with_zeros(device, dtype, shape, width):
+    # codes_width: each row's codes followed by code 0 up to `width` dims, the same codes and scales as unpadded.
+    gen = torch.Generator().manual_seed(shape[3])
+    q, k, v = (torch.randn(shape, generator=gen).mul(3).to(dtype).to(device) for _ in range(3))
+    k = k.transpose(1, 2).contiguous().transpose(1, 2)  # strided input
+    v[0, 0].zero_()
+    padded = sdpa_ext.quantize_fp8_qkv(q, k, v, codes_width=width)
+    plain = sdpa_ext.quantize_fp8_qkv(q, k, v)
+    for a, b in zip(padded[::2], plain[::2]):
+        expected = torch.nn.functional.pad(b.view(torch.uint8), (0, width - shape[3]))
+        assert a.dtype == torch.float8_e4m3fn and a.shape == (*shape[:3], width)
+        assert torch.equal(a.view(torch.uint8), expected)
+    for a, b in zip(padded[1::2], plain[1::2]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("width", [72, 132])
+def test_qkv_codes_width_rejects_a_bad_width(device, width):
+    q = torch.randn(1, 2, 8, 80, device=device)
+    with pytest.raises(RuntimeError, match=rf"codes_width must be a multiple of 8 of at least the head dim \(80\), "
+                                           rf"got {width}"):
+        sdpa_ext.quantize_fp8_qkv(q, q, q, codes_width=width)
+    with pytest.raises(ValueError, match="codes_width is not supported with smooth_k"):
+        sdpa_ext.quantize_fp8_qkv(q, q, q, smooth_k=True, codes_width=128)
+
+
 @pytest.mark.parametrize("smooth_k", [False, True])
 def test_qkv_rejects_mixed_dtypes(device, smooth_k):
     q = torch.randn(1, 2, 8, 64, device=device)

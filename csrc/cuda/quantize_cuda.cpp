@@ -4,6 +4,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -37,6 +38,7 @@ QuantizeParams make_quantize_params(const at::Tensor& x, const at::Tensor& codes
   p.rows = static_cast<int>(x.size(2));
   p.cols = static_cast<int>(x.size(3));
   p.codes = static_cast<uint8_t*>(codes.data_ptr());
+  p.codes_cols = static_cast<int>(codes.size(3));
   p.scale = scales.data_ptr<float>();
   p.given_scale = given.defined() ? given.data_ptr<float>() : nullptr;
   p.chunks = quantize_chunks(p, at::cuda::getDeviceProperties(x.device().index())->multiProcessorCount);
@@ -44,8 +46,10 @@ QuantizeParams make_quantize_params(const at::Tensor& x, const at::Tensor& codes
   return p;
 }
 
-std::tuple<at::Tensor, at::Tensor> allocate_quantized(const at::Tensor& x) {
-  return {at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn)),
+// Codes [B, H, S, codes_width] (D where codes_width is 0) and scales [B, H].
+std::tuple<at::Tensor, at::Tensor> allocate_quantized(const at::Tensor& x, int64_t codes_width = 0) {
+  return {at::empty({x.size(0), x.size(1), x.size(2), std::max(codes_width, x.size(3))},
+                    x.options().dtype(at::kFloat8_e4m3fn)),
           at::empty({x.size(0), x.size(1)}, x.options().dtype(at::kFloat))};
 }
 
@@ -84,8 +88,10 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 //   each, both encoding by one reciprocal as 1a5c886 did; 81.1, 143.5 and 45.1 us with today's encode.cuh).
 // With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;
 // the caller checks smoothable_width first.
+// With codes_width > D the codes come zero-padded to codes_width dims (quantize_fp8_qkv's codes_width): written so
+// by the block-per-head kernel where a block holds a head, else padded after the kernels.
 void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales,
-                       int smoothed = -1, const at::Tensor& shift = at::Tensor()) {
+                       int smoothed = -1, const at::Tensor& shift = at::Tensor(), int64_t codes_width = 0) {
   const c10::cuda::CUDAGuard guard(inputs[0].device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   QuantizeHeadsParams batch{};
@@ -100,9 +106,28 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   }
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(inputs[0].device().index());
   const int64_t head_bytes = quantize_heads_smem_bytes(batch);
+  const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
+  if (std::any_of(inputs, inputs + count, [&](const at::Tensor& x) { return x.size(3) < codes_width; })) {
+    if (block_holds_head) {
+      for (int t = 0; t < count; ++t) {
+        std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t], codes_width);
+        batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
+      }
+      const cudaError_t err = launch_quantize_heads(batch, stream);
+      TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
+    } else {
+      quantize_heads_of(inputs, count, codes, scales);
+      for (int t = 0; t < count; ++t) {
+        at::Tensor padded = at::zeros({codes[t].size(0), codes[t].size(1), codes[t].size(2), codes_width},
+                                      codes[t].options().dtype(at::kByte));
+        padded.narrow(3, 0, codes[t].size(3)).copy_(codes[t].view(at::kByte));
+        codes[t] = padded.view(at::kFloat8_e4m3fn);
+      }
+    }
+    return;
+  }
   const bool few_heads = static_cast<int64_t>(batch.first_block[batch.count]) * 4 <= props->multiProcessorCount;
   const bool block_per_head = !few_heads && 3 * head_bytes <= static_cast<int64_t>(props->sharedMemPerMultiprocessor);
-  const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
   const int sm = 10 * props->major + props->minor;
   const bool by_stream = !block_per_head && !few_heads && quantize_heads_by_stream(batch, sm);
   const bool by_cluster = !block_per_head && !by_stream && quantize_heads_by_cluster(batch, sm);
@@ -133,11 +158,11 @@ std::tuple<at::Tensor, at::Tensor> quantize_fp8_cuda(const at::Tensor& x, const 
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_qkv_cuda(
-    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  check_quantize_qkv_inputs(q, k, v);
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::optional<int64_t> codes_width) {
+  check_quantize_qkv_inputs(q, k, v, codes_width);
   const at::Tensor inputs[3] = {q, k, v};
   at::Tensor codes[3], scales[3];
-  quantize_heads_of(inputs, 3, codes, scales);
+  quantize_heads_of(inputs, 3, codes, scales, -1, at::Tensor(), codes_width.value_or(0));
   return {codes[0], scales[0], codes[1], scales[1], codes[2], scales[2]};
 }
 

@@ -66,6 +66,9 @@ struct QuantizeParams {
   int64_t x_batch_stride, x_head_stride, x_row_stride, x_col_stride;
   int batch, heads, rows, cols;
   uint8_t* codes;
+  // The codes' row length: cols, or more where the head dim is zero-padded for the attention kernels (the codes past
+  // cols are 0); 0 reads as cols.
+  int codes_cols;
   float* scale;              // [B, H] out
   const float* given_scale;  // [B, H] or nullptr: derive the scale from amax
   float* partial_amax;       // [B * H, chunks] scratch, written by the amax pass

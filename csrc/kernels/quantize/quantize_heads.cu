@@ -26,6 +26,44 @@ using quantize::vector_amax;
 
 constexpr int kHeadThreads = 512;
 
+// Where the codes of head `head` start: rows of codes_row(p) codes.
+__device__ __forceinline__ int codes_row(const QuantizeParams& p) { return max(p.cols, p.codes_cols); }
+__device__ __forceinline__ uint8_t* head_codes(const QuantizeParams& p, int head) {
+  return p.codes + static_cast<int64_t>(head) * p.rows * codes_row(p);
+}
+
+// Stores the codes of the kVec values that start at value `e` of a head (row-major, rows of p.cols) among the head's
+// codes `codes`, in rows of codes_row(p) codes. `padded` rows of codes, longer than rows of values (codes_cols >
+// cols), are a head dim zero-padded for the attention kernels, padded here (write_padding) so that no pass over the
+// codes does it. Only this kernel takes padded codes, and not when it smooths (the drop-in pads smoothed values): in
+// the streaming and cluster kernels (64 registers) the row and column pushed fp32, bf16 and smoothing builds into
+// spills; in the two-pass encode, 32 -> 45 registers; here the smoothing fp32 build for sm_89, 4 bytes.
+template <int kVec, class Divisor>
+__device__ __forceinline__ void store_head_codes(const QuantizeParams& p, uint8_t* codes, int e,
+                                                 const float (&x)[kVec], const Divisor& divisor, bool padded) {
+  if (padded) {
+    const int row = e / p.cols;  // a head's values fit 32-bit indexing (the host checks)
+    e += row * (p.codes_cols - p.cols);
+  }
+  store_codes<kVec>(codes + e, x, divisor);
+}
+
+// Code 0 in the padding of every row of a head's codes (codes_cols > cols), in 8-byte words where rows allow it
+// (codes of 16-bit vectors).
+__device__ __forceinline__ void write_padding(const QuantizeParams& p, uint8_t* codes) {
+  const int unit = (p.cols | p.codes_cols) % 8 == 0 ? 8 : 1;
+  const int per_row = (p.codes_cols - p.cols) / unit;
+  for (int j = threadIdx.x; j < p.rows * per_row; j += kHeadThreads) {
+    const int row = j / per_row;
+    uint8_t* padding = codes + static_cast<int64_t>(row) * p.codes_cols + p.cols + (j - row * per_row) * unit;
+    if (unit == 8) {
+      *reinterpret_cast<uint2*>(padding) = make_uint2(0, 0);
+    } else {
+      *padding = 0;
+    }
+  }
+}
+
 // The whole-head kernel: one block per head of any of the tensors. Loads go through shared memory once, so the
 // head is read from global memory a single time (the two-pass kernels read it twice).
 template <typename T, int kVec, bool kSmooth>
@@ -112,7 +150,8 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
   // means are read from shared memory with each vector, as held in registers they took the kernel past three
   // blocks' 40.
   const float* offset = smooth ? shift + threadIdx.x % vecs_per_row * kVec : nullptr;
-  uint8_t* codes = p.codes + static_cast<int64_t>(head) * p.rows * p.cols;
+  uint8_t* codes = head_codes(p, head);
+  const bool padded = !kSmooth && p.codes_cols > p.cols;
   for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
     const Vec staged = reinterpret_cast<const Vec*>(values)[slot(i)];  // one load (see quantize_stream.cu)
     const T* elems = reinterpret_cast<const T*>(&staged);
@@ -121,8 +160,9 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     for (int e = 0; e < kVec; ++e) x[e] = to_float(elems[e]) - (smooth ? offset[e] : 0.0f);
     // The divisor built per vector: held across the loop, its reciprocal made the smoothing fp32 kernel spill 4
     // bytes at its 40 registers.
-    store_codes<kVec>(codes + i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr));
+    store_head_codes<kVec>(p, codes, i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr), padded);
   }
+  if (padded) write_padding(p, codes);
 }
 
 template <typename T>
