@@ -372,8 +372,8 @@ def main(argv=None):
     results = []
     for shape, dtype in progress(jobs, len(jobs) > 1):
         shape_bench = ShapeBench(shape, args.causal, dtype, device, args.max_ms, args.rounds, args.sustained)
-        width = kernel_head_dim(shape[3])
-        default = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), width)] if cuda else ["auto"]
+        default = ["auto", "fast", *sdpa_ext.variant_names(sdpa_ext.device_arch(), shape_bench.width)] if cuda \
+            else ["auto"]
         results.append(shape_bench.run(args.variant or default))
         if cuda:
             torch.cuda.empty_cache()  # the next shape's input sets may be larger
