@@ -64,13 +64,17 @@ inline CausalAlignment parse_causal_alignment(c10::string_view alignment) {
 }
 
 // How a q of values is quantized: per head, as quantize_fp8 does (q_quantization="per_head", the default), or by
-// the kernel with a scale per 16 rows ("per_16_rows": fp16 / bf16 values, q_scale None, head dims up to 128).
+// the kernel with a scale per 16 rows ("per_16_rows": fp16 / bf16 values, q_scale None, head dims up to 128). Only
+// the kernels that quantize q read a q narrower than k (narrow_query).
 enum class QueryQuantization { kPerHead, kPer16Rows };
 
 inline QueryQuantization parse_q_quantization(c10::string_view mode, const at::Tensor& q,
                                               const std::optional<at::Tensor>& q_scale, const AttentionDims& d) {
+  TORCH_CHECK(mode == "per_head" || mode == "per_16_rows", "q_quantization must be 'per_head' or 'per_16_rows', "
+              "got '", mode, "'");
+  TORCH_CHECK(q.size(3) == d.head_dim || mode == "per_16_rows", "q with fewer dims (", q.size(3),
+              ") than k and v (", d.head_dim, ") needs q_quantization='per_16_rows'");
   if (mode == "per_head") return QueryQuantization::kPerHead;
-  TORCH_CHECK(mode == "per_16_rows", "q_quantization must be 'per_head' or 'per_16_rows', got '", mode, "'");
   TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
               "q_quantization='per_16_rows' needs q of torch.float16 or torch.bfloat16 values, got ", q.scalar_type());
   TORCH_CHECK(!q_scale.has_value(), "q_quantization='per_16_rows' takes the scale of each 16 rows from q itself: "
@@ -94,6 +98,14 @@ inline void check_seqlens_k(const at::Tensor& seqlens_k, const at::Tensor& q) {
               "], got ", seqlens_k.sizes());
 }
 
+// A q of fp16 / bf16 values may have fewer dims than k and v (a multiple of 8; q_quantization='per_16_rows'): the
+// kernels read it as zero-padded to their D, for head dims whose k and v codes were padded (quantize_fp8_kv's
+// codes_width) while the kernel quantizes q's rows itself.
+inline bool narrow_query(const at::Tensor& q, const at::Tensor& k) {
+  return (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) && q.dim() == 4 && k.dim() == 4 &&
+         q.size(3) < k.size(3) && q.size(3) > 0 && q.size(3) % 8 == 0;
+}
+
 inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             const std::optional<at::Tensor>& q_scale, const at::Tensor& k_scale,
                                             const at::Tensor& v_scale,
@@ -107,9 +119,10 @@ inline AttentionDims check_attention_inputs(const at::Tensor& q, const at::Tenso
   check_same_device(k_scale, "k_scale", q);
   check_same_device(v_scale, "v_scale", q);
 
-  const AttentionDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), q.size(3)};
-  TORCH_CHECK(d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256,
-              "q: head dim (size(-1)) must be 64, 128 or 256, got ", d.head_dim);
+  const int64_t head_dim = narrow_query(q, k) ? k.size(3) : q.size(3);
+  const AttentionDims d{q.size(0), q.size(1), k.size(1), q.size(2), k.size(2), head_dim};
+  TORCH_CHECK(d.head_dim == 64 || d.head_dim == 128 || d.head_dim == 256, head_dim == q.size(3) ? "q" : "k",
+              ": head dim (size(-1)) must be 64, 128 or 256, got ", d.head_dim);
   TORCH_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim, "k must have shape [B, Hkv, Sk, D] with B = ", d.batch,
               " and D = ", d.head_dim, " as in q, got ", k.sizes());
   TORCH_CHECK(v.sizes() == k.sizes(), "v must have the same shape as k ", k.sizes(), ", got ", v.sizes());
@@ -128,8 +141,13 @@ inline void check_attention_outputs(const at::Tensor& out, const at::Tensor& lse
   check_same_device(lse, "lse", q);
   TORCH_CHECK(out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16,
               "out must be torch.float16 or torch.bfloat16, got ", out.scalar_type());
-  TORCH_CHECK(out.sizes() == at::IntArrayRef({d.batch, d.heads_q, d.seqlen_q, d.head_dim}),
-              "out must have shape [B, Hq, Sq, D] = ", q.sizes(), ", got ", out.sizes());
+  // A narrower out takes the first out.size(3) dims of each row: v's true dims where they were zero-padded to D.
+  const bool out_dims_ok = out.size(3) == d.head_dim || (out.size(3) > 0 && out.size(3) < d.head_dim &&
+                                                         out.size(3) % 8 == 0);
+  TORCH_CHECK(out.dim() == 4 && out.size(0) == d.batch && out.size(1) == d.heads_q && out.size(2) == d.seqlen_q &&
+                  out_dims_ok,
+              "out must have shape [B, Hq, Sq, D] = [", d.batch, ", ", d.heads_q, ", ", d.seqlen_q, ", ", d.head_dim,
+              "] (or fewer dims than D, a multiple of 8), got ", out.sizes());
   TORCH_CHECK(out.stride(3) == 1, "out must have a contiguous last dim, got strides ", out.strides());
   TORCH_CHECK(lse.scalar_type() == at::kFloat, "lse must be torch.float32, got ", lse.scalar_type());
   TORCH_CHECK(lse.sizes() == at::IntArrayRef({d.batch, d.heads_q, d.seqlen_q}), "lse must have shape [B, Hq, Sq] = [",
@@ -175,17 +193,22 @@ inline void check_quantize_batch_inputs(const at::Tensor (&inputs)[kCount], cons
     check_same_device(inputs[t], names[t], inputs[0], names[0]);
   }
 }
-// codes_width (quantize_fp8_qkv): the codes' head dim, zero-padded from D, a multiple of 8 (whole 8-byte stores).
-inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                      std::optional<int64_t> codes_width = std::nullopt) {
-  check_quantize_batch_inputs({q, k, v}, {"q", "k", "v"});
-  const int64_t head_dim = std::max({q.size(3), k.size(3), v.size(3)});
+// codes_width (quantize_fp8_qkv, quantize_fp8_kv): the codes' head dim, zero-padded from D, a multiple of 8 (whole
+// 8-byte stores).
+inline void check_codes_width(std::optional<int64_t> codes_width, int64_t head_dim) {
   TORCH_CHECK(!codes_width.has_value() || (*codes_width >= head_dim && *codes_width % 8 == 0),
               "codes_width must be a multiple of 8 of at least the head dim (", head_dim, "), got ",
               codes_width.value_or(0));
 }
-inline void check_quantize_kv_inputs(const at::Tensor& k, const at::Tensor& v) {
+inline void check_quantize_qkv_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      std::optional<int64_t> codes_width = std::nullopt) {
+  check_quantize_batch_inputs({q, k, v}, {"q", "k", "v"});
+  check_codes_width(codes_width, std::max({q.size(3), k.size(3), v.size(3)}));
+}
+inline void check_quantize_kv_inputs(const at::Tensor& k, const at::Tensor& v,
+                                     std::optional<int64_t> codes_width = std::nullopt) {
   check_quantize_batch_inputs({k, v}, {"k", "v"});
+  check_codes_width(codes_width, std::max(k.size(3), v.size(3)));
 }
 
 // kv_cache_append: k and v [B, H, T, D] values of one dtype, the caches [B, H, capacity, D] E4M3 codes, the scales

@@ -25,7 +25,9 @@ TORCH_LIBRARY(sdpa, m) {
   m.def(
       "quantize_fp8_qkv(Tensor q, Tensor k, Tensor v, int? codes_width=None) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
-  m.def("quantize_fp8_kv(Tensor k, Tensor v) -> (Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
+  m.def(
+      "quantize_fp8_kv(Tensor k, Tensor v, int? codes_width=None) "
+      "-> (Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale)");
   m.def(
       "quantize_fp8_qkv_smooth_k(Tensor q, Tensor k, Tensor v) "
       "-> (Tensor q_fp8, Tensor q_scale, Tensor k_fp8, Tensor k_scale, Tensor v_fp8, Tensor v_scale, "

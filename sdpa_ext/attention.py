@@ -96,11 +96,11 @@ def _is_hopper(device_index: int) -> bool:
 
 def kernel_quantizes_query(query, width, variant, smooth_keys) -> bool:
     """Whether fp8_forward quantizes q itself, a scale per 16 rows (q_quantization='per_16_rows'): where `auto` and
-    `fast` take kernels that do (the Hopper kernels and the CPU's, at head dims 64 and 128 as they are), keys are not
-    smoothed and q is large enough to gain. q then makes no pass of its own through memory: quantize_fp8_kv takes k
-    and v."""
+    `fast` take kernels that do (the Hopper kernels and the CPU's, at kernel head dims 64 and 128; a q of fewer dims,
+    a multiple of 8, read as zero-padded to `width`), keys are not smoothed and q is large enough to gain. q then
+    makes no pass of its own through memory: quantize_fp8_kv takes k and v."""
     large = query.numel() * query.element_size() >= KERNEL_QUANTIZES_QUERY_BYTES
-    if not (variant in ("auto", "fast") and query.size(-1) == width <= 128 and not smooth_keys and large):
+    if not (variant in ("auto", "fast") and width <= 128 and query.size(-1) % 8 == 0 and not smooth_keys and large):
         return False
     device = query.device
     return device.type == "cpu" or (device.type == "cuda" and _is_hopper(
@@ -183,13 +183,22 @@ def scaled_dot_product_attention(
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    if value_dim == width and kernel_quantizes_query(query, width, variant, smooth_keys):
-        k8, k_scale, v8, v_scale = quantize_fp8_kv(key, value)
-        out, _ = ops.fp8_forward(query, k8, v8, None, k_scale, v_scale, is_causal, scale, query.dtype, variant,
-                                 causal_alignment=alignment, q_quantization="per_16_rows")
+    if kernel_quantizes_query(query, width, variant, smooth_keys):
+        # q as values, narrower than k and v where they are padded: the kernel reads it as zero-padded.
+        padding = None if head_dim == value_dim == width else width
+        k8, k_scale, v8, v_scale = quantize_fp8_kv(key, value, codes_width=padding)
+        q8, q_scale, q_quantization = query, None, "per_16_rows"
     else:
         q8, q_scale, k8, k_scale, v8, v_scale = quantize_padded(query, key, value, width, smooth_keys)
-        out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
-                                 causal_alignment=alignment)
+        q_quantization = "per_head"
+    if value_dim < width and value_dim % 8 == 0:
+        # v's dims zero-padded: the kernels write only the true ones, into an out that narrow (no copy after).
+        out = query.new_empty((*query.shape[:3], value_dim))
+        lse = query.new_empty(query.shape[:3], dtype=torch.float32)
+        ops.fp8_forward_into(q8, k8, v8, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant,
+                             causal_alignment=alignment, q_quantization=q_quantization)
+        return out
+    out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
+                             causal_alignment=alignment, q_quantization=q_quantization)
     # Contiguous, as torch's output is: callers .view() it.
     return out if value_dim == width else out[..., :value_dim].contiguous()

@@ -39,10 +39,12 @@ def quantize_fp8_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, smooth_k
     return torch.ops.sdpa.quantize_fp8_qkv(q, k, v, codes_width)
 
 
-def quantize_fp8_kv(k: torch.Tensor, v: torch.Tensor):
+def quantize_fp8_kv(k: torch.Tensor, v: torch.Tensor, codes_width: Optional[int] = None):
     """quantize_fp8 of k and v (one dtype) in one call, for a q that fp8_forward quantizes itself
-    (q_quantization='per_16_rows'). Returns (k_fp8, k_scale, v_fp8, v_scale), bit-identical to two quantize_fp8."""
-    return torch.ops.sdpa.quantize_fp8_kv(k, v)
+    (q_quantization='per_16_rows'). Returns (k_fp8, k_scale, v_fp8, v_scale), bit-identical to two quantize_fp8.
+    codes_width zero-pads the codes as in quantize_fp8_qkv; q then stays narrower (fp8_forward reads it as
+    zero-padded)."""
+    return torch.ops.sdpa.quantize_fp8_kv(k, v, codes_width)
 
 
 def dequantize_fp8(x_fp8: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

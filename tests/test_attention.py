@@ -371,6 +371,22 @@ def test_output_rows_anywhere_match_contiguous(device, head_dim):
             assert torch.equal(view, out) and torch.equal(view_lse, lse), (variant, pad)
 
 
+@pytest.mark.parametrize("head_dim,out_dims", [(128, 80), (64, 40), (256, 200)])
+@pytest.mark.parametrize("case", [(2, 4, 2, 77, 150, 0, True), (2, 8, 2, 1, 8192, 0, False)], ids=["rows", "decode"])
+def test_narrower_output_takes_the_first_dims(device, head_dim, out_dims, case):
+    # An out of fewer dims than D (v's true dims, its codes zero-padded to D) gets exactly the first dims of the full
+    # output, lse unchanged, from every kernel (one query over 8192 keys: decode's merge of key splits); buffers
+    # poisoned so that an unwritten element fails.
+    b, hq, hkv, sq, sk, _, causal = case
+    q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv((b, hq, hkv, sq, sk, head_dim, causal), 5, device))
+    for variant in variants_for(device, head_dim):
+        out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=causal, variant=variant)
+        narrow = torch.full((b, hq, sq, out_dims), float("nan"), dtype=torch.float16, device=device)
+        narrow_lse = torch.full_like(lse, float("nan"))
+        sdpa_ext.fp8_forward_into(q8, k8, v8, qs, ks, vs, narrow, narrow_lse, causal, None, variant)
+        assert torch.equal(narrow, out[..., :out_dims]) and torch.equal(narrow_lse, lse), variant
+
+
 def test_deterministic(device):
     case = (2, 8, 2, 300, 333, 64, True)
     q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv(case, 11, device))
@@ -388,7 +404,7 @@ def drop_in_values(q, k, v, smooth_keys=SMOOTH_KEYS_DEFAULT, first_row=0):
     q8, qs, k8, ks, v8, vs, *shift = sdpa_ext.quantize_fp8_qkv(q, k, v, smooth_k=smooth_keys)
     keys = sdpa_ext.dequantize_fp8(k8, ks) + (shift[0][:, :, None, :] if smooth_keys else 0.0)
     width = sdpa_ext.attention.kernel_head_dim(max(q.size(-1), v.size(-1)))
-    by_rows = v.size(-1) == width and sdpa_ext.attention.kernel_quantizes_query(q, width, "auto", smooth_keys)
+    by_rows = sdpa_ext.attention.kernel_quantizes_query(q, width, "auto", smooth_keys)
     queries = quantized_in_row_groups(q, first_row) if by_rows else sdpa_ext.dequantize_fp8(q8, qs)
     return queries, keys, sdpa_ext.dequantize_fp8(v8, vs)
 
@@ -415,9 +431,14 @@ PADDED_HEAD_DIMS = [(80, 80), (88, 88), (32, 32), (96, 40), (64, 128), (192, 192
 
 @pytest.mark.parametrize("dims", PADDED_HEAD_DIMS, ids=lambda d: f"qk{d[0]}-v{d[1]}")
 @pytest.mark.parametrize("is_causal", [False, True])
-def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, record_error):
+@pytest.mark.parametrize("q_by_kernel", [False, True], ids=["q-per-head", "q-by-kernel"])
+def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, q_by_kernel, record_error, monkeypatch):
     # A head dim without kernels runs zero-padded to the next one, with the softmax scale of its own size: the same
-    # result as exact math on the FP8 inputs of the true size, to within the full tier's kernel error.
+    # result as exact math on the FP8 inputs of the true size, to within the full tier's kernel error. q_by_kernel:
+    # q of any size left to the kernel where one quantizes it (kernel_quantizes_query; from 4 MB of q otherwise),
+    # which reads it as zero-padded while k and v come padded from quantize_fp8_kv.
+    if q_by_kernel:
+        monkeypatch.setattr(sdpa_ext.attention, "KERNEL_QUANTIZES_QUERY_BYTES", 0)
     head_dim, value_dim = dims
     gen = torch.Generator().manual_seed(5)
     q = torch.randn(2, 8, 130, head_dim, generator=gen).half().to(device)

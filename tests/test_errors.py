@@ -125,6 +125,11 @@ def test_bad_output_buffers(device):
     lse = torch.empty(1, 4, 16, device=device)
     with pytest.raises(RuntimeError, match=r"out must have shape \[B, Hq, Sq, D\]"):
         sdpa_ext.fp8_forward_into(*args, out[:, :, :8], lse)
+    for dims in (60, 72):  # fewer dims than D must be a multiple of 8; more than D never
+        wrong = torch.empty(1, 4, 16, dims, dtype=torch.float16, device=device)
+        with pytest.raises(RuntimeError, match=r"out must have shape \[B, Hq, Sq, D\] = \[1, 4, 16, 64\] \(or fewer "
+                                               r"dims than D, a multiple of 8\), got \[1, 4, 16, " + str(dims)):
+            sdpa_ext.fp8_forward_into(*args, wrong, lse)
     with pytest.raises(RuntimeError, match=r"out must be torch.float16 or torch.bfloat16, got Float"):
         sdpa_ext.fp8_forward_into(*args, out.float(), lse)
     with pytest.raises(RuntimeError, match=r"lse must have shape \[B, Hq, Sq\] = \[1, 4, 16\]"):

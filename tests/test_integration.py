@@ -47,6 +47,9 @@ def test_opcheck_model_path(device):
         q_rows = qkv(device, shape_q=(2, 8, 40, 64))[0]
         torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, (q_rows, *codes, None, ks, vs),
                               {"is_causal": True, "q_quantization": "per_16_rows"})
+        # ... of fewer dims than k and v (their codes zero-padded: a head dim without kernels).
+        torch.library.opcheck(torch.ops.sdpa.fp8_forward.default, (q_rows[..., :40].contiguous(), *codes, None, ks, vs),
+                              {"q_quantization": "per_16_rows"})
     caches = [torch.zeros(2, 2, 96, 64, dtype=torch.uint8, device=device) for _ in range(2)]
     shift = torch.randn(2, 2, 64, device=device)
     torch.library.opcheck(torch.ops.sdpa.kv_cache_append.default, (k[:, :, :4], v[:, :, :4], *caches, ks, vs, lengths),
@@ -60,6 +63,7 @@ def test_opcheck_quantize(device):
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv.default, tuple(qkv(device)))
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv.default, tuple(qkv(device)), {"codes_width": 128})
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_kv.default, tuple(qkv(device)[1:]))
+    torch.library.opcheck(torch.ops.sdpa.quantize_fp8_kv.default, tuple(qkv(device)[1:]), {"codes_width": 96})
     torch.library.opcheck(torch.ops.sdpa.quantize_fp8_qkv_smooth_k.default, tuple(qkv(device)))
 
 

@@ -263,6 +263,10 @@ def test_qkv_codes_width_pads_codes_with_zeros(device, dtype, shape, width):
         assert torch.equal(a.view(torch.uint8), expected)
     for a, b in zip(padded[1::2], plain[1::2]):
         assert torch.equal(a, b)
+    # k and v alone (for a q the kernel quantizes): the same bits as with q.
+    for a, b in zip(sdpa_ext.quantize_fp8_kv(k, v, codes_width=width), padded[2:]):
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
 
 
 @pytest.mark.parametrize("width", [72, 132])
@@ -271,6 +275,9 @@ def test_qkv_codes_width_rejects_a_bad_width(device, width):
     with pytest.raises(RuntimeError, match=rf"codes_width must be a multiple of 8 of at least the head dim \(80\), "
                                            rf"got {width}"):
         sdpa_ext.quantize_fp8_qkv(q, q, q, codes_width=width)
+    with pytest.raises(RuntimeError, match=rf"codes_width must be a multiple of 8 of at least the head dim \(80\), "
+                                           rf"got {width}"):
+        sdpa_ext.quantize_fp8_kv(q, q, codes_width=width)
     with pytest.raises(ValueError, match="codes_width is not supported with smooth_k"):
         sdpa_ext.quantize_fp8_qkv(q, q, q, smooth_k=True, codes_width=128)
 

@@ -37,9 +37,9 @@ def row_group_variants(device, head_dim, seqlen_q):
     return names
 
 
-def run_poisoned(q, k8, ks, v8, vs, variant, is_causal=False, causal_alignment="top_left"):
-    """fp8_forward_into on q's values (per_16_rows) into NaN-filled buffers."""
-    out = torch.full(q.shape, float("nan"), dtype=torch.float16, device=q.device)
+def run_poisoned(q, k8, ks, v8, vs, variant, is_causal=False, causal_alignment="top_left", head_dim=None):
+    """fp8_forward_into on q's values (per_16_rows) into NaN-filled buffers of head_dim (q's by default) dims."""
+    out = torch.full((*q.shape[:3], head_dim or q.size(3)), float("nan"), dtype=torch.float16, device=q.device)
     lse = torch.full(q.shape[:3], float("nan"), device=q.device)
     sdpa_ext.fp8_forward_into(q, k8, v8, None, ks, vs, out, lse, is_causal, None, variant,
                               causal_alignment=causal_alignment, q_quantization="per_16_rows")
@@ -142,6 +142,29 @@ def test_groups_with_the_head_amax_give_the_per_head_result(device, head_dim):
             assert torch.equal(rows[0], head[0]) and torch.equal(rows[1], head[1]), (variant, is_causal)
 
 
+# (case, q's dims): ViT-H/14's 80 in 128 (whole chunks of 16 values past q), 88 (half a chunk), five rows (decode),
+# bottom-right rows before the first key (Sq > Sk).
+NARROW_QUERY_CASES = [((2, 8, 2, 150, 300, 128, True), 80), ((2, 8, 2, 150, 300, 128, False), 88),
+                      ((1, 4, 4, 5, 300, 64, False), 40), ((1, 4, 2, 40, 24, 64, True), 56)]
+
+
+@pytest.mark.parametrize("case,q_dims", NARROW_QUERY_CASES, ids=lambda c: case_id(c) if isinstance(c, tuple) else c)
+def test_narrow_query_reads_as_zero_padded(device, case, q_dims):
+    # A q of fewer dims than k and v (the drop-in at head dims without kernels: k and v codes padded by
+    # quantize_fp8_kv's codes_width, q left as it is) gives the bits of q zero-padded to D, from every variant that
+    # quantizes q per 16 rows; poisoned buffers fail where a row is not written.
+    q, k, v = make_qkv(case, 16, device)
+    narrow = q[..., :q_dims].contiguous()
+    padded = torch.nn.functional.pad(narrow, (0, case[5] - q_dims))
+    (k8, ks, v8, vs), _ = key_values(k, v)
+    alignment = "bottom_right" if case[3] > case[4] else "top_left"
+    for variant in row_group_variants(device, case[5], case[3]):
+        expected = run_poisoned(padded, k8, ks, v8, vs, variant, case[-1], alignment)
+        got = run_poisoned(narrow, k8, ks, v8, vs, variant, case[-1], alignment, head_dim=case[5])
+        assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1]), variant
+        assert not torch.isnan(got[0]).any(), variant
+
+
 def large_query_case(head_dim, is_causal, fewer_rows=0):
     """2 x 16 query heads (4 kv heads of 96 keys) whose q takes 4 MB in 16-bit values, less fewer_rows rows."""
     return (2, 16, 4, (1 << 16) // head_dim - fewer_rows, 96, head_dim, is_causal)
@@ -217,6 +240,11 @@ def test_bad_input(device):
     wide = make_qkv((1, 4, 2, 40, 40, 256, False), 12, device)
     (k256, _, v256, _), _ = key_values(*wide[1:])
     expect(r"q_quantization='per_16_rows' needs head dim 64 or 128, got 256", q=wide[0], k8=k256, v8=v256)
+    # A q narrower than k and v: only the kernels that quantize q read it (a multiple of 8 dims, 16-bit values).
+    expect(r"q with fewer dims \(40\) than k and v \(64\) needs q_quantization='per_16_rows'", q=q[..., :40],
+           mode="per_head")
+    expect(r"q: head dim \(size\(-1\)\) must be 64, 128 or 256, got 36", q=q[..., :36])
+    expect(r"q: head dim \(size\(-1\)\) must be 64, 128 or 256, got 40", q=q[..., :40].float(), mode="per_head")
     if device != "cpu":
         names = sdpa_ext.variant_names(sdpa_ext.device_arch(), 64)
         for variant in (*(name for name in PER_HEAD_ONLY if name in names), "decode"):  # decode: 40 rows > 16

@@ -19,12 +19,13 @@ namespace {
 
 // q quantized in groups of 16 rows from row `first` on (q_quantization="per_16_rows"), each group under the power
 // of two of its amax (power_of_two_scale; NaN ignored, as the kernels' fmaxf does): codes [B, Hq, Sq, D] and the
-// scale of every row [B, Hq, Sq]; rows before `first` see no key, and their codes are 0.
-std::tuple<at::Tensor, at::Tensor> quantize_query_rows(const at::Tensor& q, int64_t first) {
-  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = q.size(3), rows = S - first;
+// scale of every row [B, Hq, Sq]; rows before `first` see no key, and their codes are 0. A q of fewer dims than
+// head_dim (narrow_query) is zero-padded to it.
+std::tuple<at::Tensor, at::Tensor> quantize_query_rows(const at::Tensor& q, int64_t first, int64_t head_dim) {
+  const int64_t B = q.size(0), H = q.size(1), S = q.size(2), D = head_dim, rows = S - first;
   const int64_t groups = (rows + 15) / 16;
   at::Tensor x = at::zeros({B, H, groups * 16, D}, q.options());
-  x.narrow(2, 0, rows).copy_(q.narrow(2, first, rows));
+  x.narrow(2, 0, rows).narrow(3, 0, q.size(3)).copy_(q.narrow(2, first, rows));
   const float inf = std::numeric_limits<float>::infinity();
   const at::Tensor magnitudes = at::nan_to_num(x.to(at::kFloat).abs(), 0.0, inf, -inf);
   at::Tensor scales = magnitudes.view({B, H * groups, 16 * D}).amax(-1).contiguous();
@@ -88,7 +89,8 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
   // Codes of q and the scale of each of its rows [B, Hq, Sq].
   const auto [q, q_row_scale] = [&]() -> std::tuple<at::Tensor, at::Tensor> {
     if (row_groups) {
-      return quantize_query_rows(q_in, rows_before_first_key(d, is_causal, bottom_right, lengths.defined()));
+      return quantize_query_rows(q_in, rows_before_first_key(d, is_causal, bottom_right, lengths.defined()),
+                                 d.head_dim);
     }
     const auto [codes, head_scale] = is_float_query(q_in) ? quantize_query(q_in, q_scale_in)
                                                           : std::make_tuple(q_in, *q_scale_in);
@@ -97,7 +99,7 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
 
   const at::Tensor qf = decode_codes(q), kf = decode_codes(k), vf = decode_codes(v);
   const at::Tensor qs = q_row_scale.contiguous(), ks = k_scale.contiguous(), vs = v_scale.contiguous();
-  at::Tensor out_f = at::empty(out.sizes(), out.options().dtype(at::kFloat));
+  at::Tensor out_f = at::empty({d.batch, d.heads_q, d.seqlen_q, d.head_dim}, out.options().dtype(at::kFloat));
   at::Tensor lse_f = at::empty(lse.sizes(), lse.options());
 
   const int64_t D = d.head_dim, Sq = d.seqlen_q, Sk = d.seqlen_k, group = d.heads_q / d.heads_kv;
@@ -145,7 +147,7 @@ void fp8_forward_into_cpu(const at::Tensor& q_in, const at::Tensor& k, const at:
       lse_ptr[r] = row_max + std::log(row_sum);
     }
   });
-  out.copy_(out_f);
+  out.copy_(out_f.narrow(3, 0, out.size(3)));  // a narrower out: the first dims
   lse.copy_(lse_f);
 }
 

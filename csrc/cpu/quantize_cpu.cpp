@@ -36,9 +36,9 @@ std::tuple<at::Tensor, at::Tensor> quantize_rows(const at::Tensor& x, const std:
         for (int64_t i = 0; i < per_head; ++i) amax = std::fmax(amax, std::fabs(head[i]));
         scale_ptr[h] = scale_from_amax(amax);
       }
-      uint8_t* head_codes = dst + h * x.size(2) * codes_cols;
-      for (int64_t i = 0; i < per_head; ++i) {
-        head_codes[i / cols * codes_cols + i % cols] = quantize_e4m3(head[i], scale_ptr[h]);
+      for (int64_t row = 0; row < x.size(2); ++row) {
+        uint8_t* row_codes = dst + (h * x.size(2) + row) * codes_cols;
+        for (int64_t c = 0; c < cols; ++c) row_codes[c] = quantize_e4m3(head[row * cols + c], scale_ptr[h]);
       }
     }
   });
@@ -61,10 +61,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_kv_cpu(const at::Tensor& k,
-                                                                               const at::Tensor& v) {
-  check_quantize_kv_inputs(k, v);
-  auto [k8, ks] = quantize_fp8_cpu(k, std::nullopt);
-  auto [v8, vs] = quantize_fp8_cpu(v, std::nullopt);
+                                                                               const at::Tensor& v,
+                                                                               std::optional<int64_t> codes_width) {
+  check_quantize_kv_inputs(k, v, codes_width);
+  auto [k8, ks] = quantize_rows(k, std::nullopt, codes_width.value_or(0));
+  auto [v8, vs] = quantize_rows(v, std::nullopt, codes_width.value_or(0));
   return {k8, ks, v8, vs};
 }
 

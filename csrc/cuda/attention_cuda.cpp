@@ -56,7 +56,9 @@ AttentionParams make_params(const at::Tensor& q, const at::Tensor& k, const at::
   p.heads_kv = static_cast<int>(k.size(1));
   p.seqlen_q = static_cast<int>(q.size(2));
   p.seqlen_k = static_cast<int>(k.size(2));
-  p.head_dim = static_cast<int>(q.size(3));
+  p.head_dim = static_cast<int>(k.size(3));
+  p.q_dims = static_cast<int>(q.size(3));
+  p.out_dims = static_cast<int>(out.size(3));
   p.softmax_scale = softmax_scale;
   p.is_causal = is_causal;
   p.causal_bottom_right = is_causal && bottom_right;

@@ -89,7 +89,8 @@ void quantize_two_pass(const QuantizeParams& params, const at::Tensor& x, cudaSt
 // With `shift` defined ([B, H, D] float32), inputs[smoothed] is quantized minus its per-channel mean, written there;
 // the caller checks smoothable_width first.
 // With codes_width > D the codes come zero-padded to codes_width dims (quantize_fp8_qkv's codes_width): written so
-// by the block-per-head kernel where a block holds a head, else padded after the kernels.
+// by the block-per-head kernel where a block holds a head (only it reads QuantizeParams::codes_cols), else padded
+// after the other kernels.
 void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, at::Tensor* scales,
                        int smoothed = -1, const at::Tensor& shift = at::Tensor(), int64_t codes_width = 0) {
   const c10::cuda::CUDAGuard guard(inputs[0].device());
@@ -98,7 +99,7 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   batch.count = count;
   batch.vectorized = true;
   for (int t = 0; t < count; ++t) {
-    std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t]);
+    std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t], codes_width);
     batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
     if (t == smoothed) batch.tensors[t].shift = shift.data_ptr<float>();
     batch.first_block[t + 1] = batch.first_block[t] + batch.tensors[t].batch * batch.tensors[t].heads;
@@ -109,20 +110,17 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
   if (std::any_of(inputs, inputs + count, [&](const at::Tensor& x) { return x.size(3) < codes_width; })) {
     if (block_holds_head) {
-      for (int t = 0; t < count; ++t) {
-        std::tie(codes[t], scales[t]) = allocate_quantized(inputs[t], codes_width);
-        batch.tensors[t] = make_quantize_params(inputs[t], codes[t], scales[t], at::Tensor());
-      }
       const cudaError_t err = launch_quantize_heads(batch, stream);
       TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
-    } else {
-      quantize_heads_of(inputs, count, codes, scales);
-      for (int t = 0; t < count; ++t) {
-        at::Tensor padded = at::zeros({codes[t].size(0), codes[t].size(1), codes[t].size(2), codes_width},
-                                      codes[t].options().dtype(at::kByte));
-        padded.narrow(3, 0, codes[t].size(3)).copy_(codes[t].view(at::kByte));
-        codes[t] = padded.view(at::kFloat8_e4m3fn);
-      }
+      return;
+    }
+    at::Tensor unpadded[3];
+    quantize_heads_of(inputs, count, unpadded, scales);
+    for (int t = 0; t < count; ++t) {
+      const int64_t cols = inputs[t].size(3);
+      at::Tensor bytes = codes[t].view(at::kByte);
+      bytes.narrow(3, 0, cols).copy_(unpadded[t].view(at::kByte));
+      bytes.narrow(3, cols, codes_width - cols).zero_();
     }
     return;
   }
@@ -168,11 +166,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 
 // k and v without q, for a q that the attention kernel quantizes itself (fp8_forward's q_quantization).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> quantize_fp8_kv_cuda(const at::Tensor& k,
-                                                                                const at::Tensor& v) {
-  check_quantize_kv_inputs(k, v);
+                                                                                const at::Tensor& v,
+                                                                                std::optional<int64_t> codes_width) {
+  check_quantize_kv_inputs(k, v, codes_width);
   const at::Tensor inputs[2] = {k, v};
   at::Tensor codes[2], scales[2];
-  quantize_heads_of(inputs, 2, codes, scales);
+  quantize_heads_of(inputs, 2, codes, scales, -1, at::Tensor(), codes_width.value_or(0));
   return {codes[0], scales[0], codes[1], scales[1]};
 }
 

@@ -35,12 +35,16 @@ struct QueryCodes {
   int64_t row_stride;
   int seqlen_q;
 };
-// The kernels that quantize q's rows themselves (p.q_row_groups), in chunks of 16 values of T: a chunk as two
-// 16-byte vectors, zero where it is not `real` (a row past seqlen_q)...
+// The kernels that quantize q's rows themselves (p.q_row_groups), in chunks of 16 values of T: the chunk at column
+// `col` of a row as two 16-byte vectors, zero where the row is not `real` (past seqlen_q) or past q's q_dims (a
+// multiple of 8: a narrow q reads as zero-padded)...
 template <typename T>
-__device__ __forceinline__ void load_q_values(const T* src, bool real, uint4 (&values)[2]) {
+__device__ __forceinline__ void load_q_values(const T* row, int col, bool real, int q_dims, uint4 (&values)[2]) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) values[h] = real ? *reinterpret_cast<const uint4*>(src + 8 * h) : make_uint4(0, 0, 0, 0);
+  for (int h = 0; h < 2; ++h) {
+    const int first = col + 8 * h;
+    values[h] = real && first < q_dims ? *reinterpret_cast<const uint4*>(row + first) : make_uint4(0, 0, 0, 0);
+  }
 }
 // ... and its 16 codes under `divisor`, every sign XOR `sign` (a negative score scale flips Q).
 template <typename T>
@@ -424,7 +428,8 @@ struct FragmentRows {
     for (int j = 0; j < kSets; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        load_q_values(head + row[r] * p.q_row_stride + 16 * (4 * j + lane % 4), row[r] < p.seqlen_q, raw[j][r]);
+        load_q_values(head + row[r] * p.q_row_stride, 16 * (4 * j + lane % 4), row[r] < p.seqlen_q, p.q_dims,
+                      raw[j][r]);
       }
     }
     float amax = 0.0f;
@@ -501,7 +506,7 @@ struct FragmentRows {
             w[j] = pack_outputs<OutT>(o[dt0 + j][2 * r] * out_scale, o[dt0 + j][2 * r + 1] * out_scale);
           }
           transpose_quad(w, lane);  // lane c: dims 8 (dt0 + c) .. + 7
-          if (out != nullptr) {
+          if (out != nullptr && 8 * (dt0 + lane % 4) < p.out_dims) {
             *reinterpret_cast<uint4*>(out + 8 * (dt0 + lane % 4)) = make_uint4(w[0], w[1], w[2], w[3]);
           }
         }
@@ -509,7 +514,7 @@ struct FragmentRows {
 #pragma unroll
         for (int dt = 0; dt < kOTiles; ++dt) {
           const float pair[2] = {o[dt][2 * r], o[dt][2 * r + 1]};
-          store_outputs(out + dt * 8 + 2 * (lane % 4), pair, out_scale);
+          if (dt * 8 < p.out_dims) store_outputs(out + dt * 8 + 2 * (lane % 4), pair, out_scale);
         }
       }
     });

@@ -42,6 +42,12 @@ struct AttentionParams {
   int64_t lse_batch_stride, lse_head_stride, lse_row_stride;
 
   int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+  // Dims of each output row written: head_dim, or its first out_dims (a multiple of 8) where v's dims were
+  // zero-padded to a kernel head dim and the rest of the output would be zeros cut off (fp8_forward_into).
+  int out_dims;
+  // Dims of each row of a q of values that the kernel quantizes (q_row_groups): head_dim, or fewer (a multiple of 8)
+  // where k and v were zero-padded to a kernel head dim: the dims past q_dims read as 0 (narrow_query in checks.h).
+  int q_dims;
   float softmax_scale;  // multiplies q.k of the dequantized inputs
   bool is_causal;       // query i sees keys j <= i + causal_offset
   // 0: top-left aligned (torch's is_causal). Bottom-right alignment (query i of Sq sees keys j <= i + Sk - Sq) is

@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
     const float lse_log2 = seen ? m + __log2f(sum) : -INFINITY;
     if (plan.splits == 1) {
       const HeadCoords c{blk.batch, head_q, blk.head_kv, 0};
-      store_outputs(out_row<OutT>(p, c, query) + dim0, value, out_scale);
+      if (dim0 < p.out_dims) store_outputs(out_row<OutT>(p, c, query) + dim0, value, out_scale);
       if (dim0 == 0) lse_of(p, c, query) = lse_log2 * kLn2;
       return;
     }

@@ -33,7 +33,7 @@ __device__ __forceinline__ void store_merged_row(const AttentionParams& p, int64
 #pragma unroll
   for (int e = 0; e < kDims; e += 2) {
     const float pair[2] = {value[e], value[e + 1]};
-    store_outputs(out + e, pair, out_scale);
+    if (lane * kDims + e < p.out_dims) store_outputs(out + e, pair, out_scale);
   }
   if (lane == 0) lse_of(p, c, query) = sum > 0.0f ? (max + log2f(sum)) * kLn2 : -INFINITY;
 }

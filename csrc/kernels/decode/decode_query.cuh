@@ -83,8 +83,8 @@ struct HeldQuery {
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int i = threadIdx.x + c * Cfg::kThreads, row = i / kRowChunks, col = i % kRowChunks * 8;
-      raw[c] = i < kBlockChunks && row < blk.rows ? *reinterpret_cast<const uint4*>(q + blk.q_offset(p, row) + col)
-                                                  : uint4{};
+      const bool real = i < kBlockChunks && row < blk.rows && col < p.q_dims;  // past q_dims: zero (a narrow q)
+      raw[c] = real ? *reinterpret_cast<const uint4*>(q + blk.q_offset(p, row) + col) : uint4{};
     }
   }
 
@@ -148,7 +148,7 @@ __device__ void stage_query_values(const AttentionParams& p, const DecodeBlock& 
       const T* x = head_values(head_q);
       float amax = 0.0f;
       for (int e = lane; e < p.seqlen_q * kD; e += 32) {
-        amax = fmaxf(amax, fabsf(to_float(x[e / kD * p.q_row_stride + e % kD])));
+        if (e % kD < p.q_dims) amax = fmaxf(amax, fabsf(to_float(x[e / kD * p.q_row_stride + e % kD])));
       }
       scale = q_values_scale(p, group_max<32>(amax));
     }
@@ -161,8 +161,10 @@ __device__ void stage_query_values(const AttentionParams& p, const DecodeBlock& 
     float scale = 1.0f;
     if (row < blk.rows) {
       const T* src = static_cast<const T*>(static_cast<const void*>(p.q)) + blk.q_offset(p, row) + col;
+      if (col < p.q_dims) {  // past q_dims: zero (a narrow q)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[e] = to_float(src[e]);
+        for (int e = 0; e < 8; ++e) x[e] = to_float(src[e]);
+      }
       scale = head_scale[(blk.row0 + row) / p.seqlen_q - first_head];
       if (col == 0) row_scale[row] = scale;
     }

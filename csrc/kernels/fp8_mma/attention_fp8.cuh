@@ -95,7 +95,9 @@ struct Fp8WarpAttention : FragmentRows<Cfg::kHeadDim / 8, typename Cfg::Softmax>
   __device__ void finish(const AttentionParams& p, const HeadCoords& c, int lane) {
     finish_rows<OutT>(softmax, row, p, c, lane, [&](OutT* out, int r, float out_scale) {
       if (out == nullptr) return;
-      for_each_output(r, lane, [&](int dim, float value) { out[dim] = from_float<OutT>(value * out_scale); });
+      for_each_output(r, lane, [&](int dim, float value) {
+        if (dim < p.out_dims) out[dim] = from_float<OutT>(value * out_scale);
+      });
     });
   }
 };

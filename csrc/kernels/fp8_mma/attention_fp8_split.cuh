@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) attention_fp8_split_kernel(c
   merge_partials<Cfg>(partials, min(Cfg::kBlockM, p.seqlen_q - row0),
                       [&](int row, int dim0, const float (&value)[8], float m, float sum) {
                         OutT* out = out_row<OutT>(p, c, row0 + row);
-                        store_outputs(out + dim0, value, __fdividef(v_scale, sum));
+                        if (dim0 < p.out_dims) store_outputs(out + dim0, value, __fdividef(v_scale, sum));
                         if (dim0 == 0) lse_of(p, c, row0 + row) = (m + __log2f(sum)) * kLn2;
                       });
 }

@@ -27,7 +27,7 @@ __device__ float quantize_q_tile(const WgmmaSmem<Cfg>& smem, const AttentionPara
 #pragma unroll
   for (int i = 0; i < kLaneChunks; ++i) {
     const int row = job.row0 + row_of(i);
-    load_q_values(head + row * p.q_row_stride + col_of(i), row < p.seqlen_q, raw[i]);
+    load_q_values(head + row * p.q_row_stride, col_of(i), row < p.seqlen_q, p.q_dims, raw[i]);
     amax = fmaxf(amax, fmaxf(vector_amax<T>(raw[i][0]), vector_amax<T>(raw[i][1])));
   }
   const float scale = power_of_two_scale(group_max<32>(amax));

@@ -150,7 +150,10 @@ __global__ void __launch_bounds__(ScalarTiles::kThreads, 1) attention_scalar_ker
   const float out_scale = v_scale_of(p, c) / softmax.sum;
   OutT* out = out_row<OutT>(p, c, query);
 #pragma unroll
-  for (int i = 0; i < kDimsPerThread; ++i) out[lane8 + i * T::kThreadsPerRow] = from_float<OutT>(acc[i] * out_scale);
+  for (int i = 0; i < kDimsPerThread; ++i) {
+    const int d = lane8 + i * T::kThreadsPerRow;
+    if (d < p.out_dims) out[d] = from_float<OutT>(acc[i] * out_scale);
+  }
   if (lane8 == 0) {
     lse_of(p, c, query) = softmax.lse();
   }

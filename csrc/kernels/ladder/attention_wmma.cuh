@@ -152,7 +152,9 @@ __global__ void __launch_bounds__(WmmaConfig<kHeadDim>::kThreads) attention_wmma
   if (query >= p.seqlen_q) return;
   const float out_scale = v_scale_of(p, c) / softmax.sum;
   OutT* out = out_row<OutT>(p, c, query);
-  for (int d = half; d < kHeadDim; d += 2) out[d] = from_float<OutT>(scratch[row * Cfg::kScratchPitch + d] * out_scale);
+  for (int d = half; d < p.out_dims; d += 2) {
+    out[d] = from_float<OutT>(scratch[row * Cfg::kScratchPitch + d] * out_scale);
+  }
   if (half == 0) {
     lse_of(p, c, query) = softmax.lse();
   }
