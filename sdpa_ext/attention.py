@@ -107,6 +107,16 @@ def kernel_quantizes_query(query, width, variant, smooth_keys) -> bool:
         device.index if device.index is not None else torch.cuda.current_device()))
 
 
+def quantize_inputs(query, key, value, width, variant, smooth_keys):
+    """What the drop-in passes fp8_forward: (q, q_scale, k8, k_scale, v8, v_scale, q_quantization). k and v as codes
+    zero-padded to `width` dims; q as codes too, or as its values where the kernel quantizes it
+    (kernel_quantizes_query), then narrower than k and v where they are padded: the kernel reads it as zero-padded."""
+    if kernel_quantizes_query(query, width, variant, smooth_keys):
+        padding = None if query.size(-1) == value.size(-1) == width else width
+        return (query, None, *quantize_fp8_kv(key, value, codes_width=padding), "per_16_rows")
+    return (*quantize_padded(query, key, value, width, smooth_keys), "per_head")
+
+
 CAUSAL_ALIGNMENTS = {CausalVariant.UPPER_LEFT: "top_left", CausalVariant.LOWER_RIGHT: "bottom_right"}
 
 
@@ -183,14 +193,8 @@ def scaled_dot_product_attention(
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
-    if kernel_quantizes_query(query, width, variant, smooth_keys):
-        # q as values, narrower than k and v where they are padded: the kernel reads it as zero-padded.
-        padding = None if head_dim == value_dim == width else width
-        k8, k_scale, v8, v_scale = quantize_fp8_kv(key, value, codes_width=padding)
-        q8, q_scale, q_quantization = query, None, "per_16_rows"
-    else:
-        q8, q_scale, k8, k_scale, v8, v_scale = quantize_padded(query, key, value, width, smooth_keys)
-        q_quantization = "per_head"
+    q8, q_scale, k8, k_scale, v8, v_scale, q_quantization = quantize_inputs(query, key, value, width, variant,
+                                                                            smooth_keys)
     if value_dim < width and value_dim % 8 == 0:
         # v's dims zero-padded: the kernels write only the true ones, into an out that narrow (no copy after).
         out = query.new_empty((*query.shape[:3], value_dim))

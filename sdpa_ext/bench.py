@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 import sdpa_ext
 from sdpa_ext import timing
-from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT, kernel_head_dim, kernel_quantizes_query, quantize_padded
+from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT, kernel_head_dim, kernel_quantizes_query, quantize_inputs
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 SDPA_BACKENDS = ("flash", "efficient", "cudnn", "math")
@@ -165,10 +165,7 @@ class ShapeBench:
 
     def quantize(self, i):
         """The drop-in's quantization (quantize_row), keys smoothed or not as it does by default."""
-        q, k, v = self.sets[i % len(self.sets)]
-        if self.kernel_quantizes_q:
-            return sdpa_ext.quantize_fp8_kv(k, v)
-        return quantize_padded(q, k, v, self.width, SMOOTH_KEYS_DEFAULT)
+        return quantize_inputs(*self.sets[i % len(self.sets)], self.width, "auto", SMOOTH_KEYS_DEFAULT)
 
     def end_to_end(self, variant="auto"):
         def call(i):

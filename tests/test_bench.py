@@ -110,6 +110,16 @@ def test_quantize_row_is_what_the_drop_in_quantizes(tmp_path, monkeypatch):
     assert "sdpa_ext quantize k,v (q in the kernel)" in rows and "sdpa_ext quantize q,k,v" not in rows
 
 
+def test_quantize_row_pads_k_and_v_at_head_dims_without_kernels(monkeypatch):
+    # At D = 80 with q left to the kernel the drop-in quantizes k and v into codes padded to 128 (q stays at 80
+    # dims): the row times that call, not unpadded codes.
+    monkeypatch.setattr(sdpa_ext.attention, "KERNEL_QUANTIZES_QUERY_BYTES", 0)
+    shape_bench = bench.ShapeBench((1, 2, 64, 80), False, torch.float16, "cpu", max_ms=1000)
+    q, q_scale, k8, _, v8, _, mode = shape_bench.quantize(0)
+    assert mode == "per_16_rows" and q_scale is None and q.shape[-1] == 80
+    assert k8.shape[-1] == v8.shape[-1] == 128
+
+
 @requires_cuda
 def test_gpu_run_times_every_backend_and_plots(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed: no plot to check")
