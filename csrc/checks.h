@@ -36,10 +36,13 @@ inline void check_scale(const at::Tensor& scale, const char* name, int64_t batch
               heads_name, "] = [", batch, ", ", heads, "], got ", scale.sizes());
 }
 
+// fp16 or bf16: the outputs' dtypes, and the values the kernels that quantize q's rows read.
+inline bool is_16_bit_float(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
+// fp16, bf16 or fp32: what the quantizers take.
+inline bool is_quantizable(at::ScalarType dtype) { return is_16_bit_float(dtype) || dtype == at::kFloat; }
+
 // q may also hold values (fp16, bf16 or fp32) that the op quantizes per head itself, as quantize_fp8 would.
-inline bool is_float_query(const at::Tensor& q) {
-  return q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kFloat;
-}
+inline bool is_float_query(const at::Tensor& q) { return is_quantizable(q.scalar_type()); }
 
 inline void check_query(const at::Tensor& q, const std::optional<at::Tensor>& q_scale) {
   if (!is_float_query(q)) {
@@ -75,7 +78,7 @@ inline QueryQuantization parse_q_quantization(c10::string_view mode, const at::T
   TORCH_CHECK(q.size(3) == d.head_dim || mode == "per_16_rows", "q with fewer dims (", q.size(3),
               ") than k and v (", d.head_dim, ") needs q_quantization='per_16_rows'");
   if (mode == "per_head") return QueryQuantization::kPerHead;
-  TORCH_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16,
+  TORCH_CHECK(is_16_bit_float(q.scalar_type()),
               "q_quantization='per_16_rows' needs q of torch.float16 or torch.bfloat16 values, got ", q.scalar_type());
   TORCH_CHECK(!q_scale.has_value(), "q_quantization='per_16_rows' takes the scale of each 16 rows from q itself: "
               "q_scale must be None");
@@ -102,7 +105,7 @@ inline void check_seqlens_k(const at::Tensor& seqlens_k, const at::Tensor& q) {
 // kernels read it as zero-padded to their D, for head dims whose k and v codes were padded (quantize_fp8_kv's
 // codes_width) while the kernel quantizes q's rows itself.
 inline bool narrow_query(const at::Tensor& q, const at::Tensor& k) {
-  return (q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16) && q.dim() == 4 && k.dim() == 4 &&
+  return is_16_bit_float(q.scalar_type()) && q.dim() == 4 && k.dim() == 4 &&
          q.size(3) < k.size(3) && q.size(3) > 0 && q.size(3) % 8 == 0;
 }
 
@@ -139,8 +142,8 @@ inline void check_attention_outputs(const at::Tensor& out, const at::Tensor& lse
                                     const AttentionDims& d) {
   check_same_device(out, "out", q);
   check_same_device(lse, "lse", q);
-  TORCH_CHECK(out.scalar_type() == at::kHalf || out.scalar_type() == at::kBFloat16,
-              "out must be torch.float16 or torch.bfloat16, got ", out.scalar_type());
+  TORCH_CHECK(is_16_bit_float(out.scalar_type()), "out must be torch.float16 or torch.bfloat16, got ",
+              out.scalar_type());
   // A narrower out takes the first out.size(3) dims of each row: v's true dims where they were zero-padded to D.
   const bool out_dims_ok = out.size(3) == d.head_dim || (out.size(3) > 0 && out.size(3) < d.head_dim &&
                                                          out.size(3) % 8 == 0);
@@ -156,8 +159,7 @@ inline void check_attention_outputs(const at::Tensor& out, const at::Tensor& lse
 
 inline at::ScalarType resolve_out_dtype(std::optional<at::ScalarType> out_dtype) {
   const at::ScalarType dtype = out_dtype.value_or(at::kHalf);
-  TORCH_CHECK(dtype == at::kHalf || dtype == at::kBFloat16, "out_dtype must be torch.float16 or torch.bfloat16, got ",
-              dtype);
+  TORCH_CHECK(is_16_bit_float(dtype), "out_dtype must be torch.float16 or torch.bfloat16, got ", dtype);
   return dtype;
 }
 
@@ -170,8 +172,8 @@ inline float resolve_softmax_scale(std::optional<double> scale, int64_t head_dim
 // `name` is the argument's name in error messages: x for quantize_fp8, q, k or v for quantize_fp8_qkv.
 inline void check_quantize_inputs(const at::Tensor& x, const std::optional<at::Tensor>& scale,
                                   const char* name = "x") {
-  TORCH_CHECK(x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kFloat,
-              name, " must be torch.float16, torch.bfloat16 or torch.float32, got ", x.scalar_type());
+  TORCH_CHECK(is_quantizable(x.scalar_type()), name, " must be torch.float16, torch.bfloat16 or torch.float32, got ",
+              x.scalar_type());
   TORCH_CHECK(x.dim() == 4, name, " must have 4 dims [B, H, S, D], got ", x.dim(), " dims (shape ", x.sizes(), ")");
   TORCH_CHECK(x.numel() > 0, name, " must be non-empty, got shape ", x.sizes());
   if (scale.has_value()) {
