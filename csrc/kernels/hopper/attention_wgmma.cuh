@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
     attention_wgmma_kernel(const AttentionParams p, const __grid_constant__ WgmmaMaps maps, int split_from) {
 #if SDPA_HAS_SM90A
   allow_next_grid_launch();
-  const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from);
+  const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from, blockIdx.x);
   if (job.row0 >= p.seqlen_q) return;  // a split unit past the last query row; the whole block leaves
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const WgmmaSmem<Cfg> smem{smem_raw + (1024 - smem_address(smem_raw) % 1024) % 1024};
@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kBlocksPerSm)
   const int tiles = key_tiles(p, c.tile * Cfg::kBlockM, Cfg::kBlockM, Cfg::kBlockN);
   if (threadIdx.x >= Cfg::kConsumerThreads) {
     setmaxnreg_dec<Cfg::kProducerRegisters>();
+    if (threadIdx.x >= Cfg::kThreads - 32) prefetch_later_q<Cfg>(p, maps, split_from, threadIdx.x % 32);
     if constexpr (Cfg::kPredecoded) {
       const int tid = threadIdx.x - Cfg::kConsumerThreads;
       if (tid < 32) {
@@ -144,6 +145,7 @@ cudaError_t launch_wgmma_config(const AttentionParams& p, cudaStream_t stream) {
   if (err != cudaSuccess) return err;
   // Causal, all heads go tile by tile in one group (but for the plan's groups when predecoded).
   maps.order = kPredecoded ? maps.plan.order : grid_order(p, query_tiles(p, Cfg::kBlockM), p.batch * p.heads_q);
+  maps.q_lookahead = multiprocessor_count() * Cfg::kBlocksPerSm;
   const int64_t blocks = attention_blocks(p, Cfg::kBlockM);
   const int64_t split_from = Cfg::kSplitTail ? split_tail_from(p, blocks, Cfg::kConsumerGroups, Cfg::kBlockN) : blocks;
   const int64_t grid = split_from + (blocks - split_from) * Cfg::kConsumerGroups;

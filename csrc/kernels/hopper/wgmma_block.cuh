@@ -19,6 +19,7 @@ struct WgmmaMaps {
   CUtensorMap k_codes, v_codes;
   KvDecodePlan plan;
   GridOrder order;
+  int q_lookahead;  // the blocks the GPU runs at once (prefetch_later_q); 0 when unknown
 };
 
 template <class Cfg>
@@ -96,8 +97,8 @@ struct WgmmaJob {
 // Blocks from split_from on are split units, kConsumerGroups for each query tile from split_from on
 // (split_tail_from in attention_wgmma.cu).
 template <class Cfg>
-__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const GridOrder& order, int split_from) {
-  const int block = blockIdx.x;
+__device__ __forceinline__ WgmmaJob wgmma_job(const AttentionParams& p, const GridOrder& order, int split_from,
+                                              int block) {
   if (block < split_from) {
     const HeadCoords c = p.is_causal ? head_coords_heavy_first(order, block) : head_coords_in_order(order, block);
     return {c, c.tile * Cfg::kBlockM, false};

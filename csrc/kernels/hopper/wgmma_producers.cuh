@@ -8,6 +8,29 @@
 
 namespace sdpa {
 
+// Asks L2 for the q rows of the block maps.q_lookahead blocks on, which starts about when a block of this wave
+// ends: its consumers then load q from L2 rather than from DRAM. Their first Q K^T waits for q (its first K tile
+// lands before), so every block of every wave but the first paid that latency before its tensor cores started; more
+// so for a q of fp16 values (twice the bytes, then quantized): before the first wgmma, `wgmma+predecode`'s warps
+// spent 7.7% of their stall samples on q values against 5.0% on q codes (ncu, H200, 4x16x2048x128). The drop-in
+// `auto` there, graph us, H200, same run, two rounds each: 255.5 / 254.4 -> 250.2 / 249.4, causal 182.8 / 181.8 ->
+// 181.4 / 178.8; `fast` and D = 64 within the rounds' spread. One producer warp, a line a lane at a time.
+template <class Cfg>
+__device__ void prefetch_later_q(const AttentionParams& p, const WgmmaMaps& maps, int split_from, int lane) {
+  const int later = static_cast<int>(blockIdx.x) + maps.q_lookahead;
+  if (maps.q_lookahead == 0 || later >= split_from) return;
+  const WgmmaJob job = wgmma_job<Cfg>(p, maps.order, split_from, later);
+  const int rows = min(Cfg::kBlockM, p.seqlen_q - job.row0);
+  const int element_bytes = p.q_row_groups ? 2 : 1;  // fp16 / bf16 values, or codes
+  const int row_bytes = (p.q_row_groups ? p.q_dims : Cfg::kHeadDim) * element_bytes, lines = (row_bytes + 127) / 128;
+  const uint8_t* first_row =
+      p.q + (job.c.batch * p.q_batch_stride + job.c.head_q * p.q_head_stride + job.row0 * p.q_row_stride) *
+                element_bytes;
+  for (int i = lane; i < rows * lines; i += 32) {
+    prefetch_l2(first_row + (i / lines) * p.q_row_stride * element_bytes + i % lines * 128);
+  }
+}
+
 // Decodes a [kRows][D] tile of plain codes into fp16 panels (HalfPanelLayout).
 // Producer thread `tid` keeps one 16-code column and steps kRowStep rows, a multiple of the swizzle's 8, so its
 // chunks stay in place and every address is one base plus a constant. (Deriving row and column per chunk with
