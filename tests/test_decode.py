@@ -22,7 +22,8 @@ def decode_variants(device):
 # (64-row tiles, by wgmma in decode_wgmma: full at 16 queries of 4 heads, 48 of 64 rows at 12), several row tiles
 # with a head across two of them (MQA, Sq = 5); one key; B = 1 at 20000 keys, whose keys split across many blocks
 # and a combine; B x Hkv = 96 heads, which need fewer splits. D = 256 (16-key tiles): one warp; 48 packed rows in two
-# 32-row tiles (at most two warps a block there); MQA with 24 rows.
+# 32-row tiles (at most two warps a block there); MQA with 24 rows. B x Hkv = 320 and 160 one-warp heads: more
+# than a GPU's blocks hold at once, so on sm_90 each block takes several heads in turn (a persistent grid).
 CASES = [
     (2, 8, 2, 1, 1000, 64),
     (3, 32, 8, 1, 4097, 128),
@@ -38,6 +39,8 @@ CASES = [
     (2, 8, 4, 1, 3000, 256),
     (1, 16, 4, 12, 700, 256),
     (3, 8, 1, 3, 2000, 256),
+    (40, 8, 8, 1, 300, 64),
+    (20, 16, 8, 1, 700, 128),
 ]
 MASKS = [(False, "top_left"), (True, "top_left"), (True, "bottom_right")]
 
@@ -173,6 +176,21 @@ def test_seqlens_k_change_between_graph_replays():
         torch.cuda.synchronize()
         ref_out, ref_lse = attention_float64(*deq, True, None, "bottom_right", seqlens)
         check_rows(out.clone(), lse.clone(), ref_out, ref_lse, "decode (graph)")
+
+
+@pytest.mark.skipif(CUDA_SKIP is not None, reason=CUDA_SKIP or "")
+@pytest.mark.parametrize("case", [(70000, 4, 1, 16, 3, 64), (70000, 1, 1, 1, 3, 64)], ids=case_id)
+def test_more_row_tiles_than_a_grid_dimension_holds(case):
+    # 70000 row tiles: past the 65535 blocks of a grid's second dimension. 64-row tiles (decode_wgmma on sm_90) are
+    # a block each of a one-dimensional grid; one-row tiles take turns in a persistent grid on sm_90. The rows of
+    # the first and last sequences equal those of the same sequences decoded alone.
+    q, k, v = make_inputs(case, 5, "cuda")
+    q8, qs, k8, ks, v8, vs = quantize_all(q, k, v)
+    out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, True, causal_alignment="bottom_right")
+    for rows in (slice(0, 3), slice(-3, None)):
+        alone = sdpa_ext.fp8_forward(q8[rows], k8[rows], v8[rows], qs[rows], ks[rows], vs[rows], True,
+                                     causal_alignment="bottom_right")
+        assert torch.equal(out[rows], alone[0]) and torch.equal(lse[rows], alone[1])
 
 
 def test_seqlens_beyond_the_keys_are_clamped(device):

@@ -66,6 +66,17 @@ struct DecodeConfig {
   // 22.7, 32x32x8x1x4096x128 69.3 / 68.0, 8x32x8x1x32768x128 129.3 / 127.4, 1x32x8x1x131072x128 69.1 / 68.4,
   // 16x32x8x1x8192x64 35.5 / 35.3, 8x32x8x4x32768x128 132.0 / 130.5, 8x16x8x1x8192x256 74.4 / 69.2.
   static constexpr int kThreads = kDeepRings ? 256 : 128;
+  // Where the row tiles outnumber the SMs (B x Hkv > 132 one-query heads on an H200) the deep-ring blocks form a
+  // persistent grid, one block per SM taking row tiles in turn and asking L2 for its next one's first tiles while it
+  // merges. The turns themselves neither cost nor save (same build, grid of every item against one per SM, 3
+  // alternating rounds, H200: 24, 32, 33, 48 and 64 x 32 x 8 x 1 x 4096 x 128 within -0.6% and +1.3%), but with the
+  // item loop ptxas gives these kernels more registers (200 against 184 at D = 128, 163 against 159 at D = 64), and
+  // the one-query rows took 0.6-2.1% less time than the two-dimensional grid before it (graph us, 3 alternating
+  // rounds: 8x32x8x1x4096x128 22.29-22.51 against 22.61-22.71, 32x32x8x1x4096x128 67.34-68.08 / 67.80-68.45,
+  // 8x32x8x1x32768x128 125.53-127.05 / 126.55-127.45, 16x32x8x1x8192x64 34.55-34.96 / 35.30-35.68;
+  // benchmarks/results/h200-2026-11-29-decode-grid.md). Not at D = 256, which the loop took from 250 to 255
+  // registers and 68.8-69.3 to 70.5-71.6 us (8x16x8x1x8192x256).
+  static constexpr bool kPersistent = kDeepRings && kHeadDim != kWideHeadDim;
   static constexpr int kSplits = kThreads / 32 / kRowGroups;  // key groups of a block
   static constexpr int kGroupThreads = 32 * kRowGroups;
   static constexpr int kBlockM = 16 * kRowGroups;
@@ -143,14 +154,15 @@ struct DecodeWarp : DecodeRows<Cfg::kHeadDim> {
   }
 };
 
-// The rows of the block at blockIdx.y; the caller sets their keys and causal offset.
+// The rows of row tile `row_tile` (of the batch's kv heads' row tiles); the caller sets their keys and causal
+// offset.
 template <class Cfg>
-__device__ __forceinline__ DecodeBlock locate_block(const AttentionParams& p, const DecodePlan& plan) {
+__device__ __forceinline__ DecodeBlock locate_block(const AttentionParams& p, const DecodePlan& plan, int row_tile) {
   DecodeBlock blk;
-  const int head = blockIdx.y / plan.row_tiles;  // batch * heads_kv + kv head
+  const int head = row_tile / plan.row_tiles;  // batch * heads_kv + kv head
   blk.batch = head / p.heads_kv;
   blk.head_kv = head % p.heads_kv;
-  blk.row0 = blockIdx.y % plan.row_tiles * Cfg::kBlockM;
+  blk.row0 = row_tile % plan.row_tiles * Cfg::kBlockM;
   blk.rows = min(Cfg::kBlockM, decode_packed_rows(p) - blk.row0);
   return blk;
 }
@@ -169,39 +181,56 @@ __device__ void prefetch_first_tiles(const typename Cfg::Rows& k_rows, const typ
   }
 }
 
-// The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The deep-ring blocks,
-// one per SM, say so: ptxas then gives them more registers (with 4 warps 186 instead of 168 at D = 128, and a key
-// loop with fewer dependency stalls: harness, H100, 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 ->
-// 49.8, 8x32x8x1x32768x128 184.5 -> 182.5; 184 with 8 warps). The other warps' blocks keep the default bound
-// (spelled out as 1, it took their registers from 168 to 182-200; nvcc 13.0, sm_90a).
+// A work item of the decode kernel (decode_plan.h): key split `split` of row tile `row_tile`, from key key0 on.
+struct DecodeItem {
+  int split, row_tile, key0;
+  __device__ DecodeItem(const DecodePlan& plan, int item)
+      : split(item % plan.splits), row_tile(item / plan.splits), key0(split * plan.keys_per_split) {}
+};
+
+// The K or V rows of an item's block from its key0 on.
+template <class Cfg>
+__device__ __forceinline__ typename Cfg::Rows item_rows(const AttentionParams& p, const DecodeBlock& blk, int key0,
+                                                        const uint8_t* codes, int64_t batch_stride,
+                                                        int64_t head_stride, int64_t row_stride) {
+  const int64_t head = blk.batch * batch_stride + blk.head_kv * head_stride + key0 * row_stride;
+  return {codes + head, row_stride, 0, p.seqlen_k - key0};
+}
+
+// Asks L2 for the first tiles of work item `item` (prefetch_first_tiles), taking the keys as the cache's capacity.
+template <class Cfg>
+__device__ void prefetch_item(const AttentionParams& p, const DecodePlan& plan, int item) {
+  const DecodeItem it(plan, item);
+  const DecodeBlock blk = locate_block<Cfg>(p, plan, it.row_tile);
+  const int capacity_tiles = (min(p.seqlen_k - it.key0, plan.keys_per_split) + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  prefetch_first_tiles<Cfg>(item_rows<Cfg>(p, blk, it.key0, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
+                            item_rows<Cfg>(p, blk, it.key0, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride),
+                            capacity_tiles);
+}
+
+// One work item; `next` is the block's next item (or plan.items: none), whose first tiles it asks L2 for once its
+// own key loop is done.
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRings ? 1 : 0)
-    decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
-  // 128-byte aligned: the code rings' XOR swizzle assumes 128-byte rows on 128-byte boundaries (aligned to 16 only,
-  // ldmatrix met bank conflicts and the Sq = 1 rows ran 6-14% slower, H100).
-  extern __shared__ __align__(128) uint8_t smem_base[];
-  uint8_t* smem = smem_base;
-  if constexpr (Cfg::kWgmma) smem += (Cfg::kAlignment - smem_address(smem_base) % Cfg::kAlignment) % Cfg::kAlignment;
+__device__ __forceinline__ void decode_item(const AttentionParams& p, const DecodePlan& plan, uint8_t* smem,
+                                            int item, int next) {
   __shared__ float row_scale[Cfg::kBlockM];
   constexpr int kD = Cfg::kHeadDim, kN = Cfg::kBlockN;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int key_group = warp / Cfg::kRowGroups, row_group = warp % Cfg::kRowGroups;
   const int group_thread = threadIdx.x % Cfg::kGroupThreads, group_barrier = 1 + key_group;
-  DecodeBlock blk = locate_block<Cfg>(p, plan);
-  // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes every kSplits-th tile.
-  const int key0 = blockIdx.x * plan.keys_per_split;
-  const int64_t head_k = blk.batch * p.k_batch_stride + blk.head_kv * p.k_head_stride + key0 * p.k_row_stride;
-  const int64_t head_v = blk.batch * p.v_batch_stride + blk.head_kv * p.v_head_stride + key0 * p.v_row_stride;
-  typename Cfg::Rows k_rows{p.k + head_k, p.k_row_stride, 0, p.seqlen_k - key0};
-  typename Cfg::Rows v_rows{p.v + head_v, p.v_row_stride, 0, p.seqlen_k - key0};
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // only programmatic launches start before the kernel ahead ends
-  if (p.overlap_launch) {
-    const int capacity_tiles = (min(p.seqlen_k - key0, plan.keys_per_split) + kN - 1) / kN;
-    prefetch_first_tiles<Cfg>(k_rows, v_rows, capacity_tiles);
-  }
+  const DecodeItem it(plan, item);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  // Below sm_90 (never a persistent grid) the epilogue reads the item from here, after the loop's barriers: derived
+  // again there (two divisions), it made the 32-row D = 64 blocks spill 4 bytes on sm_89 (nvcc 13.0). sm_90 keeps
+  // the measured code.
+  __shared__ int held_split, held_row_tile;
+  if (threadIdx.x == 0) held_split = it.split, held_row_tile = it.row_tile;
 #endif
-  allow_next_grid_launch();
-  wait_for_previous_grids();  // q, the lengths, K and V may come from the kernel before (a cache append)
+  DecodeBlock blk = locate_block<Cfg>(p, plan, it.row_tile);
+  // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes every kSplits-th tile.
+  const int key0 = it.key0;
+  typename Cfg::Rows k_rows = item_rows<Cfg>(p, blk, key0, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
+  typename Cfg::Rows v_rows = item_rows<Cfg>(p, blk, key0, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
   // Every small load the block needs is requested here, together: each one later would cost its own round trip.
   HeldQuery<Cfg> held;
   held.load(p, blk);
@@ -258,8 +287,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
                                 w.consume(slot, slot + Cfg::kTileBytes, key0 + tile * kN, lane);
                               });
   }
+  if (next < plan.items) prefetch_item<Cfg>(p, plan, next);
   const float* partials = stage_partials<Cfg>(smem, w.softmax, w.o, warp, lane);
-  blk = locate_block<Cfg>(p, plan);  // derived again: kept through the loop, it took registers from it
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  const int split = held_split, row_tile = held_row_tile;
+#else
+  const DecodeItem it_again(plan, item);  // derived again: kept through the loop, the item took registers from it
+  const int split = it_again.split, row_tile = it_again.row_tile;
+#endif
+  blk = locate_block<Cfg>(p, plan, row_tile);
   merge_partials<Cfg>(partials, blk.rows, [&](int row, int dim0, const float (&value)[8], float m, float sum) {
     const int head_q = blk.head_q(p, row), query = (blk.row0 + row) % p.seqlen_q;
     const bool seen = sum > 0.0f;  // the row max has P = 1, so a row that saw a key has sum >= 1
@@ -272,13 +308,43 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRin
       return;
     }
     const int64_t flat = (static_cast<int64_t>(blk.batch) * p.heads_q + head_q) * p.seqlen_q + query;
-    float* dst = partial_o<kD>(p.workspace, plan, blockIdx.x, flat) + dim0;
+    float* dst = partial_o<kD>(p.workspace, plan, split, flat) + dim0;
     *reinterpret_cast<float4*>(dst) =
         make_float4(value[0] * out_scale, value[1] * out_scale, value[2] * out_scale, value[3] * out_scale);
     *reinterpret_cast<float4*>(dst + 4) =
         make_float4(value[4] * out_scale, value[5] * out_scale, value[6] * out_scale, value[7] * out_scale);
-    if (dim0 == 0) *partial_lse<kD>(p.workspace, plan, blockIdx.x, flat) = lse_log2;
+    if (dim0 == 0) *partial_lse<kD>(p.workspace, plan, split, flat) = lse_log2;
   });
+}
+
+// The warpgroup's 64-row blocks are held to 168 registers, three blocks per SM (172 without). The deep-ring blocks,
+// one per SM, say so: ptxas then gives them more registers (with 4 warps 186 instead of 168 at D = 128, and a key
+// loop with fewer dependency stalls: harness, H100, 8x32x8x1x4096x128 30.1 -> 29.6 us, 16x32x8x1x8192x64 50.2 ->
+// 49.8, 8x32x8x1x32768x128 184.5 -> 182.5; 184 with 8 warps). The other warps' blocks keep the default bound
+// (spelled out as 1, it took their registers from 168 to 182-200; nvcc 13.0, sm_90a).
+// Each block takes work items blockIdx.x, blockIdx.x + gridDim.x, ...: one unless the grid is persistent
+// (DecodeConfig::kPersistent).
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kWgmma ? 3 : Cfg::kDeepRings ? 1 : 0)
+    decode_attention_kernel(const AttentionParams p, const DecodePlan plan) {
+  // 128-byte aligned: the code rings' XOR swizzle assumes 128-byte rows on 128-byte boundaries (aligned to 16 only,
+  // ldmatrix met bank conflicts and the Sq = 1 rows ran 6-14% slower, H100).
+  extern __shared__ __align__(128) uint8_t smem_base[];
+  uint8_t* smem = smem_base;
+  if constexpr (Cfg::kWgmma) smem += (Cfg::kAlignment - smem_address(smem_base) % Cfg::kAlignment) % Cfg::kAlignment;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900  // only programmatic launches start before the kernel ahead ends
+  if (p.overlap_launch) prefetch_item<Cfg>(p, plan, blockIdx.x);
+#endif
+  allow_next_grid_launch();
+  wait_for_previous_grids();  // q, the lengths, K and V may come from the kernel before (a cache append)
+  if constexpr (Cfg::kPersistent) {
+    for (int item = blockIdx.x; item < plan.items; item += gridDim.x) {
+      if (item != blockIdx.x) __syncthreads();  // the last item's merge has read its partial rows from the rings
+      decode_item<Cfg, OutT>(p, plan, smem, item, item + gridDim.x);
+    }
+  } else {
+    decode_item<Cfg, OutT>(p, plan, smem, blockIdx.x, plan.items);
+  }
 }
 
 }  // namespace sdpa

@@ -5,7 +5,8 @@
 // head h * group + r / Sq, query r % Sq, so each K/V code is read once per kv head, not once per query head. A
 // block takes kBlockM packed rows (16, 32 or 64: row_warps warps of 16) and a contiguous range of keys; the key
 // range of a head is split across `splits` blocks (flash-decoding) so that even B = 1 fills every SM, and a second
-// kernel merges the splits' partial rows through their lse.
+// kernel merges the splits' partial rows through their lse. A (row tile, split) pair is a work item; the grid is
+// one-dimensional, item i being split i % splits of row tile i / splits.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ struct DecodePlan {
   int splits;          // blocks along the keys of a kv head
   int keys_per_split;  // a multiple of the keys a block loads per round
   int64_t rows;        // B * Hq * Sq: the rows of the partial results
+  int items;           // row tiles * splits, over the batch's kv heads
 };
 
 // Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most, 2 at
