@@ -38,7 +38,8 @@ struct DecodeVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma, kDeepRings>;
     const DecodePlan plan = current_plan(p, Cfg::kWgmma);
-    const int slots = multiprocessor_count() * std::max(1, decode_blocks_per_sm(p.head_dim, plan.row_warps, Cfg::kWgmma));
+    const int per_sm = std::max(1, decode_blocks_per_sm(p.head_dim, plan.row_warps, Cfg::kWgmma));
+    const int slots = multiprocessor_count() * per_sm;
     const dim3 grid(Cfg::kPersistent ? std::min(plan.items, slots) : plan.items);
     cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
                                          Cfg::kSmemBytes, stream, p, plan);
