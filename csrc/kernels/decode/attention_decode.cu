@@ -38,9 +38,7 @@ struct DecodeVariant {
   static cudaError_t launch(const AttentionParams& p, cudaStream_t stream) {
     using Cfg = DecodeConfig<kHeadDim, kRowGroups, Mma, kDeepRings>;
     const DecodePlan plan = current_plan(p, Cfg::kWgmma);
-    const int per_sm = std::max(1, decode_blocks_per_sm(p.head_dim, plan.row_warps, Cfg::kWgmma));
-    const int slots = multiprocessor_count() * per_sm;
-    const dim3 grid(Cfg::kPersistent ? std::min(plan.items, slots) : plan.items);
+    const dim3 grid(Cfg::kPersistent ? std::min(plan.items, plan.slots) : plan.items);
     cudaError_t err = launch_overlapping(p.overlap_launch, decode_attention_kernel<Cfg, OutT>, grid, Cfg::kThreads,
                                          Cfg::kSmemBytes, stream, p, plan);
     if (err != cudaSuccess || plan.splits == 1) return err;
@@ -112,6 +110,7 @@ DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
   plan.keys_per_split = static_cast<int>((keys + step - 1) / step * step);
   plan.splits = (p.seqlen_k + plan.keys_per_split - 1) / plan.keys_per_split;
   plan.items = static_cast<int>(plan.splits * heads);  // splits > 1 only where heads * splits <= slots
+  plan.slots = static_cast<int>(slots);
   return plan;
 }
 

@@ -22,6 +22,7 @@ struct DecodePlan {
   int keys_per_split;  // a multiple of the keys a block loads per round
   int64_t rows;        // B * Hq * Sq: the rows of the partial results
   int items;           // row tiles * splits, over the batch's kv heads
+  int slots;           // blocks the GPU holds at once: SMs * blocks per SM (a persistent grid's size at most)
 };
 
 // Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most, 2 at
