@@ -2,7 +2,11 @@
 # compute-sanitizer memcheck and racecheck over every variant and the quantizer (or those named: bash
 # scripts/sanitize.sh wgmma quantize) on a small shape grid (scripts/sanitize_cases.py), one process per name. Run
 # on the GPU machine after building (scripts/gpu_check.sh builds). Exits non-zero on any reported error.
-#   SDPA_SANITIZE_TOOLS  the tools (default "memcheck racecheck")
+#   SDPA_SANITIZE_TOOLS  the tools (default "memcheck racecheck"). synccheck passed `scalar`, `decode` and `wgmma`
+#                        called alone, but fails launches of 16-block clusters (the quantizer's, which every name here
+#                        runs first) with an illegal address, reporting 0 errors; 8-block clusters of the same kernel
+#                        pass, and memcheck and racecheck find nothing at either size (H200, 2026-11-29,
+#                        benchmarks/results/h200-2026-11-29-decode-sanitizer.md)
 #   SDPA_SANITIZE_JOBS   processes at once (default 1); one at a time, racecheck of every variant takes longer than
 #                        a device call (H100, 2026-11-28: memcheck of 21 variants and part of racecheck in 380 s)
 set -uo pipefail

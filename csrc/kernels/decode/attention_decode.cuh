@@ -64,7 +64,10 @@ struct DecodeConfig {
   // multiply and exponentiate every tile, and its chain of dependent steps held up the refills. H200, graph us,
   // three rounds each in one run, 4 warps (16 slots) / 8 warps (16 slots; 24 at D = 256): 8x32x8x1x4096x128 22.8 /
   // 22.7, 32x32x8x1x4096x128 69.3 / 68.0, 8x32x8x1x32768x128 129.3 / 127.4, 1x32x8x1x131072x128 69.1 / 68.4,
-  // 16x32x8x1x8192x64 35.5 / 35.3, 8x32x8x4x32768x128 132.0 / 130.5, 8x16x8x1x8192x256 74.4 / 69.2.
+  // 16x32x8x1x8192x64 35.5 / 35.3, 8x32x8x4x32768x128 132.0 / 130.5, 8x16x8x1x8192x256 74.4 / 69.2. Two blocks
+  // of 4 warps and 12 slots per SM (sm_80's blocks) lost 1-10% on those rows at D = 64 and 128 (D = 256 the same),
+  // but for 256 one-query heads, where they won by 0.4-1.7% (66.6-66.8 against 67.0-67.9 us at 32x32x8x1x4096x128;
+  // H200, 3 alternating rounds, 2026-11-29).
   static constexpr int kThreads = kDeepRings ? 256 : 128;
   // Where the row tiles outnumber the SMs (B x Hkv > 132 one-query heads on an H200) the deep-ring blocks form a
   // persistent grid, one block per SM taking row tiles in turn and asking L2 for its next one's first tiles while it

@@ -25,7 +25,9 @@
 // ncu's source counters there put 18% of the warps' stall samples on the conversions' first instructions, waiting
 // (short scoreboard) for the shared loads of the codes, V's loads queued behind K's stores. Those waits are off the
 // chain: K's and V's chunks loaded together (168 registers, a 4-byte spill) took 192.0-195.2 us against 194.3-195.1,
-// and loaded before the wgmma issue 194.0-196.5 (3 alternating rounds, H200, 2026-11-29).
+// and loaded before the wgmma issue 194.0-196.5 (3 alternating rounds, H200, 2026-11-29). Nor is the latency of S:
+// S of the next tile issued before this tile's softmax (two S held, 168 registers) took 230.2-234.1 against
+// 222.1-224.7 us (3 alternating rounds, H200, 2026-11-29).
 // The V tiles are written with the dims of each 16-dim block reordered (even dims, then odd), so that O comes out
 // of wgmma in the fragment order of the mma.sync decode warps (output_quad) and shares their epilogue.
 #pragma once
