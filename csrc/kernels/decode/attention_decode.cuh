@@ -191,13 +191,19 @@ struct DecodeItem {
       : split(item % plan.splits), row_tile(item / plan.splits), key0(split * plan.keys_per_split) {}
 };
 
-// The K or V rows of an item's block from its key0 on.
+// The K and V rows of an item's block from its key0 on.
 template <class Cfg>
-__device__ __forceinline__ typename Cfg::Rows item_rows(const AttentionParams& p, const DecodeBlock& blk, int key0,
-                                                        const uint8_t* codes, int64_t batch_stride,
-                                                        int64_t head_stride, int64_t row_stride) {
-  const int64_t head = blk.batch * batch_stride + blk.head_kv * head_stride + key0 * row_stride;
-  return {codes + head, row_stride, 0, p.seqlen_k - key0};
+struct ItemRows {
+  typename Cfg::Rows k, v;
+};
+template <class Cfg>
+__device__ __forceinline__ ItemRows<Cfg> item_rows(const AttentionParams& p, const DecodeBlock& blk, int key0) {
+  auto rows = [&](const uint8_t* codes, int64_t batch_stride, int64_t head_stride, int64_t row_stride) {
+    const int64_t head = blk.batch * batch_stride + blk.head_kv * head_stride + key0 * row_stride;
+    return typename Cfg::Rows{codes + head, row_stride, 0, p.seqlen_k - key0};
+  };
+  return {rows(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
+          rows(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride)};
 }
 
 // Asks L2 for the first tiles of work item `item` (prefetch_first_tiles), taking the keys as the cache's capacity.
@@ -206,9 +212,8 @@ __device__ void prefetch_item(const AttentionParams& p, const DecodePlan& plan, 
   const DecodeItem it(plan, item);
   const DecodeBlock blk = locate_block<Cfg>(p, plan, it.row_tile);
   const int capacity_tiles = (min(p.seqlen_k - it.key0, plan.keys_per_split) + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  prefetch_first_tiles<Cfg>(item_rows<Cfg>(p, blk, it.key0, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride),
-                            item_rows<Cfg>(p, blk, it.key0, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride),
-                            capacity_tiles);
+  const ItemRows<Cfg> rows = item_rows<Cfg>(p, blk, it.key0);
+  prefetch_first_tiles<Cfg>(rows.k, rows.v, capacity_tiles);
 }
 
 // One work item; `next` is the block's next item (or plan.items: none), whose first tiles it asks L2 for once its
@@ -232,8 +237,7 @@ __device__ __forceinline__ void decode_item(const AttentionParams& p, const Deco
   DecodeBlock blk = locate_block<Cfg>(p, plan, it.row_tile);
   // The block's keys [key0, key0 + keys_per_split), cut at what its rows see; key group g takes every kSplits-th tile.
   const int key0 = it.key0;
-  typename Cfg::Rows k_rows = item_rows<Cfg>(p, blk, key0, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride);
-  typename Cfg::Rows v_rows = item_rows<Cfg>(p, blk, key0, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride);
+  ItemRows<Cfg> rows = item_rows<Cfg>(p, blk, key0);
   // Every small load the block needs is requested here, together: each one later would cost its own round trip.
   HeldQuery<Cfg> held;
   held.load(p, blk);
@@ -251,18 +255,18 @@ __device__ __forceinline__ void decode_item(const AttentionParams& p, const Deco
   // ended up to 3.5 us apart (8x32x8x1x4096x128, H100, globaltimer).
   const int first = key_group, last = tiles;
   // Rows past the batch's keys are zero-filled: a cache's unused rows may hold any bytes, NaN codes included.
-  k_rows.seqlen = v_rows.seqlen = blk.keys - key0;
+  rows.k.seqlen = rows.v.seqlen = blk.keys - key0;
   uint8_t* rings = smem + Cfg::kHalvesBytes;
   uint8_t* ring = rings + key_group * Cfg::kGroupRingBytes;
   struct NoChunks {
     __device__ NoChunks(const typename Cfg::Rows&, const typename Cfg::Rows&) {}
   };
-  std::conditional_t<Cfg::kWgmma, OwnedChunks<Cfg>, NoChunks> own(k_rows, v_rows);
+  std::conditional_t<Cfg::kWgmma, OwnedChunks<Cfg>, NoChunks> own(rows.k, rows.v);
   auto issue = [&](int tile) {
     if constexpr (Cfg::kWgmma) {
       issue_owned_tile(own, ring, tile, tiles, p);
     } else {
-      issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, k_rows, v_rows, tile, last, tile / Cfg::kSplits % Cfg::kStages,
+      issue_code_tile<Cfg, Cfg::kGroupThreads>(ring, rows.k, rows.v, tile, last, tile / Cfg::kSplits % Cfg::kStages,
                                               group_thread);
     }
   };
