@@ -19,9 +19,11 @@ import sdpa_ext
 from sdpa_ext import timing
 from sdpa_ext.bench import SDPA_BACKENDS, sdpa_backend_context
 
-# (B, Hq, Hkv, Sq, Sk, D): Llama-8B-like heads at growing batch and context, B = 1 at 128k keys, D = 64, the
-# speculative-decoding rows of 4 and 16 queries at 32k keys, and Gemma-2-9B-like heads (D = 256).
+# (B, Hq, Hkv, Sq, Sk, D): Llama-8B-like heads at growing batch and context, B = 1 at 4k (one user's chat, where
+# the cache fills few SMs) and at 128k keys, D = 64, the speculative-decoding rows of 4 and 16 queries at 32k keys,
+# and Gemma-2-9B-like heads (D = 256).
 DECODE_SHAPES = [
+    (1, 32, 8, 1, 4096, 128),
     (8, 32, 8, 1, 4096, 128),
     (32, 32, 8, 1, 4096, 128),
     (8, 32, 8, 1, 32768, 128),

@@ -9,10 +9,6 @@
 namespace sdpa {
 namespace {
 
-// A key split takes at least this many rounds of its block (kRoundKeys each): fewer would spend more on the
-// block's start, its merge and the combine than the split saves.
-constexpr int kMinRoundsPerSplit = 4;
-
 // Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. A plain
 // attribute query, as multiprocessor_count makes on the same launch path.
 bool deep_rings() {
@@ -20,6 +16,17 @@ bool deep_rings() {
   return cudaGetDevice(&device) == cudaSuccess &&
          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
+
+// A key split takes at least this many rounds of its block (round_keys each): fewer would spend more on the block's
+// start, its merge and the combine than the split saves. The deep-ring blocks take one: their round is already 8
+// tiles (256 keys at D = 128), and four of them kept a short cache on a few SMs. H200, graph us, bf16 q, one or four
+// rounds, 2 runs of 2 rounds each: 1x32x8x1x1024x128 6.6 / 9.1 (cuDNN on the bf16 cache 6.7), 1x32x8x1x2048x128
+// 6.7 / 10.8 (7.4), 1x32x8x1x4096x128 8.4 / 11.0 (11.8), 1x32x8x1x4096x64 6.7 / 10.9 (7.8), 1x32x8x4x4096x128
+// 9.0-9.3 / 11.9 (flash 26.1), 1x32x8x2x4096x128 8.5 / 11.2; 2x32x8x1x4096x128 11.6-11.7 / 11.9-12.1, the rows
+// with more heads or keys the same. For the other blocks four stay: one was no better for 32-row blocks
+// (1x32x8x8x4096x128 14.0 / 13.8) and mixed for the warpgroup's (16 queries: 23.1-23.5 / 23.5-23.6 at 2048 keys,
+// 28.9 / 31.2 at 4096, 13.5 / 11.9 at 4096 and D = 64); sm_80 and sm_89 were not measured.
+int min_rounds_per_split(int row_warps) { return row_warps == 1 && deep_rings() ? 1 : 4; }
 
 // Keys a block takes per round: a tile for each of its key groups.
 int round_keys(const AttentionParams& p, int row_warps) {
@@ -95,7 +102,7 @@ int decode_blocks_per_sm(int head_dim, int row_warps, bool wgmma) {
 }
 
 // Splits the keys of each (kv head, row tile) over as many blocks as fill the GPU's resident slots once (more
-// waves add a tail; fewer leave SMs idle), but keeps kMinRoundsPerSplit rounds per split.
+// waves add a tail; fewer leave SMs idle), but keeps min_rounds_per_split rounds per split.
 DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
   DecodePlan plan{};
   plan.row_warps = decode_row_warps(p);
@@ -104,7 +111,7 @@ DecodePlan plan_decode(const AttentionParams& p, int sms, int blocks_per_sm) {
   const int step = round_keys(p, plan.row_warps);
   const int64_t heads = static_cast<int64_t>(p.batch) * p.heads_kv * plan.row_tiles;
   const int64_t slots = std::max(1, sms) * static_cast<int64_t>(std::max(1, blocks_per_sm));
-  const int64_t most = std::max<int64_t>(1, p.seqlen_k / (kMinRoundsPerSplit * step));
+  const int64_t most = std::max<int64_t>(1, p.seqlen_k / (min_rounds_per_split(plan.row_warps) * step));
   const int64_t splits = std::clamp<int64_t>(slots / heads, 1, most);
   const int64_t keys = (p.seqlen_k + splits - 1) / splits;
   plan.keys_per_split = static_cast<int>((keys + step - 1) / step * step);
