@@ -27,15 +27,18 @@ CASES = [(1, 2, 2, 17, 33, 64, True), (2, 4, 2, 64, 64, 64, False), (1, 2, 1, 40
          (1, 32, 1, 600, 700, 128, True), (1, 32, 1, 960, 961, 128, False)]
 
 
-# Decode calls (B, Hq, Hkv, Sq, Sk, D): one, two and four warps along the packed rows, key splits merged by the
-# combine kernel (B = 1 at 5000 keys), per-sequence lengths with an empty sequence and rows that see no key, q given
-# as bf16 values (quantized inside the kernel), bottom-right causal; and an append into an FP8 cache. The cache gets
-# fixed scales and no smoothing, so that no torch reduction runs: racecheck reports 2 hazards in torch's own
-# at::native::reduce_kernel (the amax of a prefill; torch 2.11, H100), none in sdpa_ext's kernels. At D = 256: one
-# and two warps, and key splits. More one-warp row tiles than an H100's or H200's SMs (320 at D = 64, 160 at D = 128):
-# sm_90's persistent grid, where a block takes several row tiles in turn and reuses its shared memory for each.
-DECODE_CASES = [(3, 8, 2, 1, 300, 128), (2, 16, 2, 2, 200, 64), (2, 8, 2, 16, 500, 128), (1, 32, 8, 1, 5000, 128),
-                (2, 8, 4, 3, 700, 256), (1, 16, 8, 1, 3000, 256), (40, 8, 8, 1, 300, 64), (20, 16, 8, 1, 700, 128)]
+# Decode calls (B, Hq, Hkv, Sq, Sk, D): one, two and four warps along the packed rows (on sm_90, up to 64 packed rows
+# of a cache that fits L2 take 16-row tiles: 48 rows, a head across two of them; 128 rows, two warpgroup blocks),
+# key splits merged by the combine kernel (B = 1 at 5000 keys), per-sequence lengths with an empty sequence and rows
+# that see no key, q given as bf16 values (quantized inside the kernel), bottom-right causal; and an append into an
+# FP8 cache. The cache gets fixed scales and no smoothing, so that no torch reduction runs: racecheck reports 2
+# hazards in torch's own at::native::reduce_kernel (the amax of a prefill; torch 2.11, H100), none in sdpa_ext's
+# kernels. At D = 256: one and two warps, and key splits. More one-warp row tiles than an H100's or H200's SMs (320 at
+# D = 64, 160 at D = 128): sm_90's persistent grid, where a block takes several row tiles in turn and reuses its
+# shared memory for each.
+DECODE_CASES = [(3, 8, 2, 1, 300, 128), (2, 16, 2, 2, 200, 64), (2, 8, 2, 12, 500, 128), (2, 8, 1, 16, 500, 128),
+                (1, 32, 8, 1, 5000, 128), (2, 8, 4, 3, 700, 256), (1, 16, 8, 1, 3000, 256), (40, 8, 8, 1, 300, 64),
+                (20, 16, 8, 1, 700, 128)]
 
 
 def run_decode_cases():

@@ -103,13 +103,15 @@ _VARIANTS = (
             "chunk against a cache): the query heads of a kv head packed into one tile's rows, so K and V are read "
             "once per kv head; the keys split across the GPU (flash-decoding) and merged through their lse; fp16 "
             "mma.sync on codes converted in registers; per-sequence key lengths (seqlens_k); q may be fp16/bf16/fp32, "
-            "quantized by the kernel itself (up to 16 rows per head); variant='auto' takes it for up to 16 query "
-            "rows or with seqlens_k; at D = 256 16-key tiles and blocks of up to 32 rows", aligned_rows=True,
+            "quantized by the kernel itself (up to 16 rows per head); on sm_90 up to 64 packed rows as 16-row tiles "
+            "where the K and V codes fit L2; variant='auto' takes it for up to 16 query rows or with seqlens_k; at "
+            "D = 256 16-key tiles and blocks of up to 32 rows", aligned_rows=True,
             head_dims=WIDE_HEAD_DIMS),
     Variant("decode_wgmma", 8, "full", (), "decode whose 64-row blocks (more than 32 packed rows per kv head, e.g. "
             "16 queries of 4 query heads per kv head) run as one warpgroup: each K/V code tile converted once per "
             "block into fp16 tiles, QK^T and PV by fp16 wgmma (fp32 sums) while the next tile converts; blocks of "
-            "up to 32 rows, and every block at D = 256, as decode; variant='auto' takes it on sm_90",
+            "up to 32 rows, and every block at D = 256, as decode, which also takes up to 64 rows as 16-row tiles "
+            "where the K and V codes fit L2; variant='auto' takes it on sm_90",
             archs=HOPPER_ARCHS, aligned_rows=True, head_dims=WIDE_HEAD_DIMS),
 )
 

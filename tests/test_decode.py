@@ -23,7 +23,8 @@ def decode_variants(device):
 # with a head across two of them (MQA, Sq = 5); one key; B = 1 at 20000 keys, whose keys split across many blocks
 # and a combine; B x Hkv = 96 heads, which need fewer splits. D = 256 (16-key tiles): one warp; 48 packed rows in two
 # 32-row tiles (at most two warps a block there); MQA with 24 rows. B x Hkv = 320 and 160 one-warp heads: more
-# than a GPU's blocks hold at once, so on sm_90 each block takes several heads in turn (a persistent grid).
+# than a GPU's blocks hold at once, so on sm_90 each block takes several heads in turn (a persistent grid). On sm_90
+# these caches fit L2, where up to 64 packed rows at D = 64 and 128 take 16-row tiles instead of wider blocks.
 CASES = [
     (2, 8, 2, 1, 1000, 64),
     (3, 32, 8, 1, 4097, 128),
@@ -97,6 +98,21 @@ def check_rows(out, lse, ref_out, ref_lse, variant):
 @pytest.mark.parametrize("mask", MASKS, ids=lambda m: "causal-" + m[1] if m[0] else "full")
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_decode_matches_references(device, case, mask, with_seqlens, record_error):
+    check_decode_case(device, case, mask, with_seqlens, record_error)
+
+
+# On sm_90, 17 to 64 packed rows at D = 64 and 128 run as 16-row tiles where the call's K and V codes fit L2 (every
+# case above), and as 32- or 64-row blocks where they do not: 8 and 16 queries of 4 heads a kv head over 67 MB of
+# codes.
+@pytest.mark.skipif(CUDA_SKIP is not None, reason=CUDA_SKIP or "")
+@pytest.mark.parametrize("with_seqlens", [False, True], ids=["all_keys", "seqlens"])
+@pytest.mark.parametrize("mask", MASKS, ids=lambda m: "causal-" + m[1] if m[0] else "full")
+@pytest.mark.parametrize("case", [(1, 32, 8, 8, 32768, 128), (1, 32, 8, 16, 32768, 128)], ids=case_id)
+def test_decode_of_caches_beyond_l2_matches_references(case, mask, with_seqlens, record_error):
+    check_decode_case("cuda", case, mask, with_seqlens, record_error)
+
+
+def check_decode_case(device, case, mask, with_seqlens, record_error):
     is_causal, alignment = mask
     q, k, v = make_inputs(case, 0, device)
     q8, qs, k8, ks, v8, vs = quantize_all(q, k, v)

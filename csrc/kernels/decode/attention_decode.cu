@@ -28,12 +28,39 @@ bool deep_rings() {
 // 28.9 / 31.2 at 4096, 13.5 / 11.9 at 4096 and D = 64); sm_80 and sm_89 were not measured.
 int min_rounds_per_split(int row_warps) { return row_warps == 1 && deep_rings() ? 1 : 4; }
 
+// Whether the K and V codes a call reads (at the cache's capacity) fit the current device's L2.
+bool codes_fit_l2(const AttentionParams& p) {
+  int device = 0, l2_bytes = 0;
+  const int64_t bytes = 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * p.head_dim;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) == cudaSuccess && bytes <= l2_bytes;
+}
+
 // Keys a block takes per round: a tile for each of its key groups.
 int round_keys(const AttentionParams& p, int row_warps) {
   const int key_groups = row_warps == 1 && deep_rings() ? DecodeConfig<64, 1, DecodeByWarps, true>::kSplits
                                                         : DecodeConfig<64, 1>::kSplits / row_warps;
   return key_groups * (kDecodeTileBytes / p.head_dim);
 }
+
+}  // namespace
+
+// sm_90's 16-row blocks (8 warps, one block an SM) take up to 64 packed rows as several row tiles where the call's K
+// and V codes fit L2: each row tile of a kv head reads its codes, L2 serving all but the first, and 4 row tiles of
+// short rows keep more SMs busy than one 64-row block. H200, graph us, bf16 q, codes streamed from memory, 64-row
+// warpgroup / four 16-row tiles (flash on the bf16 cache): 16 queries of 4 heads, B = 1, 1024 keys 19.1 / 8.5 (13.0),
+// 2048 23.3 / 10.0 (16.7), 4096 30.0 / 13.0 (26.7), 8192 31.7 / 18.7, 16384 (34 MB of codes) 37.1 / 30.1;
+// 2x32x8x16x2048x128 28.4 / 14.1, 4x32x8x16x4096x128 (34 MB) 43.0 / 27.6, 1x32x8x16x2048x64 13.0 / 8.2; 8 queries
+// (32-row blocks / two 16-row tiles) 1x32x8x8x4096x128 13.8 / 10.6. Beyond L2 the re-reads come from memory:
+// 8x32x8x16x32768x128 (537 MB) 209 / 369, 16x32x8x16x8192x64 (134 MB) 73 / 108 (8 queries at 537 MB: 189-195 /
+// 186). sm_80 and sm_89, whose 16-row blocks are 4 warps, were not measured.
+int decode_row_warps(const AttentionParams& p) {
+  const int rows = decode_packed_rows(p);
+  if (rows <= 16 || (rows <= 64 && p.head_dim != kWideHeadDim && deep_rings() && codes_fit_l2(p))) return 1;
+  return rows <= 32 || p.head_dim == kWideHeadDim ? 2 : 4;
+}
+
+namespace {
 
 DecodePlan current_plan(const AttentionParams& p, bool wgmma) {
   return plan_decode(p, multiprocessor_count(), decode_blocks_per_sm(p.head_dim, decode_row_warps(p), wgmma));

@@ -25,14 +25,12 @@ struct DecodePlan {
   int slots;           // blocks the GPU holds at once: SMs * blocks per SM (a persistent grid's size at most)
 };
 
-// Packed rows of one kv head, and the warps along them: as few as hold them (16 rows a warp, 4 warps at most, 2 at
-// D = 256, where a block's Q codes must fit the ring slot of two 4 KB tiles they are staged in; more rows take more
-// row tiles).
+// Packed rows of one kv head, and the warps along them (host only: it asks the device): as few as hold them (16 rows
+// a warp, 4 warps at most, 2 at D = 256, where a block's Q codes must fit the ring slot of two 4 KB tiles they are
+// staged in; more rows take more row tiles), but on sm_90 16-row blocks for up to 64 rows where the call's K and V
+// codes fit L2 (attention_decode.cu).
 SDPA_HOST_DEVICE int decode_packed_rows(const AttentionParams& p) { return p.heads_q / p.heads_kv * p.seqlen_q; }
-SDPA_HOST_DEVICE int decode_row_warps(const AttentionParams& p) {
-  const int rows = decode_packed_rows(p);
-  return rows <= 16 ? 1 : rows <= 32 || p.head_dim == kWideHeadDim ? 2 : 4;
-}
+int decode_row_warps(const AttentionParams& p);
 
 // Bytes of one K or V code tile of the decode kernel, at every head dim: its keys per tile are this over D.
 constexpr int kDecodeTileBytes = 4096;
