@@ -20,8 +20,8 @@ from sdpa_ext import timing
 from sdpa_ext.bench import SDPA_BACKENDS, sdpa_backend_context
 
 # (B, Hq, Hkv, Sq, Sk, D): Llama-8B-like heads at growing batch and context, B = 1 at 4k (one user's chat, where
-# the cache fills few SMs) and at 128k keys, D = 64, the speculative-decoding rows of 4 and 16 queries at 32k keys,
-# and Gemma-2-9B-like heads (D = 256).
+# the cache fills few SMs) and at 128k keys, D = 64, the speculative-decoding rows of 4 and 16 queries at 32k keys
+# and of 16 at B = 1 and 4k, and Gemma-2-9B-like heads (D = 256).
 DECODE_SHAPES = [
     (1, 32, 8, 1, 4096, 128),
     (8, 32, 8, 1, 4096, 128),
@@ -31,6 +31,7 @@ DECODE_SHAPES = [
     (16, 32, 8, 1, 8192, 64),
     (8, 32, 8, 4, 32768, 128),
     (8, 32, 8, 16, 32768, 128),
+    (1, 32, 8, 16, 4096, 128),
     (8, 16, 8, 1, 8192, 256),
 ]
 DATASHEET_TB_S = {"H100": 3.35, "H200": 4.8}  # HBM bandwidth of the SXM parts, by name

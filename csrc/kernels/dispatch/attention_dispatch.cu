@@ -159,10 +159,11 @@ bool predecode_pays(const AttentionParams& p) {
 bool decode_pays(const AttentionParams& p) { return p.seqlens_k != nullptr || p.seqlen_q <= 16; }
 
 // On sm_90 the 64-row decode blocks (more than 32 packed rows per kv head, where the K and V codes outgrow L2 or
-// the rows 64) take `decode_wgmma`, which converts each code once per block instead of once per warp. Graph us, decode / decode_wgmma, H200, 2026-11-24, commit 4f6969f,
-// one run: 8x32x8x16x32768x128 321.0 / 222.4 (one query: 140.4), 8x32x4x8x32768x128 171.2 / 119.9,
-// 8x32x8x16x4096x128 66.4 / 50.6, 16x32x8x16x8192x64 113.4 / 83.1, 1x32x8x16x131072x128 163.0 / 113.5,
-// 32x32x8x16x4096x128 225.3 / 155.6; H100, 8x32x8x16x32768x128 329.2 / 238.8 (one query 186.9, 571d560).
+// the rows 64) take `decode_wgmma`, which converts each code once per block instead of once per warp. Graph us,
+// decode / decode_wgmma, H200, 2026-11-24, commit 4f6969f, one run: 8x32x8x16x32768x128 321.0 / 222.4 (one query:
+// 140.4), 8x32x4x8x32768x128 171.2 / 119.9, 8x32x8x16x4096x128 66.4 / 50.6, 16x32x8x16x8192x64 113.4 / 83.1,
+// 1x32x8x16x131072x128 163.0 / 113.5, 32x32x8x16x4096x128 225.3 / 155.6; H100, 8x32x8x16x32768x128 329.2 / 238.8
+// (one query 186.9, 571d560).
 const char* decode_variant_name(const AttentionParams& p, int sm) {
   return sm == 90 && decode_row_warps(p) == 4 ? "decode_wgmma" : "decode";
 }
