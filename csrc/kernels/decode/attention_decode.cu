@@ -11,11 +11,7 @@ namespace {
 
 // Whether the current device runs the 16-row blocks with deeper rings (DecodeConfig's kDeepRings): sm_90. A plain
 // attribute query, as multiprocessor_count makes on the same launch path.
-bool deep_rings() {
-  int device = 0, major = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
-}
+bool deep_rings() { return current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9; }
 
 // A key split takes at least this many rounds of its block (round_keys each): fewer would spend more on the block's
 // start, its merge and the combine than the split saves. The deep-ring blocks take one: their round is already 8
@@ -30,10 +26,9 @@ int min_rounds_per_split(int row_warps) { return row_warps == 1 && deep_rings() 
 
 // Whether the K and V codes a call reads (at the cache's capacity) fit the current device's L2.
 bool codes_fit_l2(const AttentionParams& p) {
-  int device = 0, l2_bytes = 0;
   const int64_t bytes = 2 * static_cast<int64_t>(p.batch) * p.heads_kv * p.seqlen_k * p.head_dim;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device) == cudaSuccess && bytes <= l2_bytes;
+  const int l2_bytes = current_device_attribute(cudaDevAttrL2CacheSize);
+  return l2_bytes > 0 && bytes <= l2_bytes;
 }
 
 // Keys a block takes per round: a tile for each of its key groups.

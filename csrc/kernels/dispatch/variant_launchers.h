@@ -9,6 +9,8 @@ namespace sdpa {
 
 using AttentionLauncher = cudaError_t (*)(const AttentionParams&, cudaStream_t);
 
+// An attribute of the current device (0 if the runtime cannot say).
+int current_device_attribute(cudaDeviceAttr attribute);
 // SMs of the current device (0 if the runtime cannot say): a wave of the Hopper variants, one block per SM.
 int multiprocessor_count();
 

@@ -57,14 +57,15 @@ cudaError_t encode_tile_map(CUtensorMap* map, const TileMapSpec& t) {
 
 }  // namespace
 
-int multiprocessor_count() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+int current_device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
     return 0;
   }
-  return sms;
+  return value;
 }
+
+int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
 
 // The 64- or 128-byte swizzle of wgmma's K-major E4M3 operands, whose rows are `row_bytes` long.
 CUtensorMapSwizzle code_rows_swizzle(int row_bytes) {
