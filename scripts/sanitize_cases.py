@@ -57,11 +57,13 @@ def run_decode_cases():
 
 
 # quantize_fp8_qkv and its smooth_k form in fp16 and bf16, one shape per kernel on sm_90 (quantize_cuda.cpp): the
-# cluster kernel (few heads), a block per head, the streaming clusters (many heads of 98 KB, 2 blocks of 512 threads
-# a cluster, and of 512 KB, 16 of 256) and the two passes. The cluster kernels' blocks write their amax into each
-# other's shared memory; racecheck flagged such writes made before every block of the cluster had started
-# (2026-11-27). No torch reduction runs (see DECODE_CASES).
-QUANTIZE_CASES = [(1, 8, 512, 64), (8, 16, 197, 64), (4, 16, 385, 128), (1, 12, 2048, 128), (1, 2, 4096, 128)]
+# cluster kernel (few heads), a block per head (of 512 threads, and of 256 for more short heads than those fit at
+# once), the streaming clusters (many heads of 98 KB, 2 blocks of 512 threads a cluster, and of 512 KB, 16 of 256)
+# and the two passes. The cluster kernels' blocks write their amax into each other's shared memory; racecheck flagged
+# such writes made before every block of the cluster had started (2026-11-27). No torch reduction runs (see
+# DECODE_CASES).
+QUANTIZE_CASES = [(1, 8, 512, 64), (8, 16, 197, 64), (32, 12, 197, 64), (4, 16, 385, 128), (1, 12, 2048, 128),
+                  (1, 2, 4096, 128)]
 
 
 def run_quantize_cases():

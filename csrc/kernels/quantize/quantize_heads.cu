@@ -52,10 +52,11 @@ __device__ __forceinline__ void store_head_codes(const QuantizeParams& p, uint8_
 
 // Code 0 in the padding of every row of a head's codes (codes_cols > cols), in 8-byte words where rows allow it
 // (codes of 16-bit vectors).
+template <int kThreads>
 __device__ __forceinline__ void write_padding(const QuantizeParams& p, uint8_t* codes) {
   const int unit = (p.cols | p.codes_cols) % 8 == 0 ? 8 : 1;
   const int per_row = (p.codes_cols - p.cols) / unit;
-  for (int j = threadIdx.x; j < p.rows * per_row; j += kHeadThreads) {
+  for (int j = threadIdx.x; j < p.rows * per_row; j += kThreads) {
     const int row = j / per_row;
     uint8_t* padding = codes + static_cast<int64_t>(row) * p.codes_cols + p.cols + (j - row * per_row) * unit;
     if (unit == 8) {
@@ -68,8 +69,8 @@ __device__ __forceinline__ void write_padding(const QuantizeParams& p, uint8_t* 
 
 // The whole-head kernel: one block per head of any of the tensors. Loads go through shared memory once, so the
 // head is read from global memory a single time (the two-pass kernels read it twice).
-template <typename T, int kVec, bool kSmooth>
-__global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_kernel(const QuantizeHeadsParams b) {
+template <typename T, int kVec, bool kSmooth, int kThreads>
+__global__ void __launch_bounds__(kThreads, kSmooth ? 3 : 0) quantize_heads_kernel(const QuantizeHeadsParams b) {
   using Vec = typename std::conditional<kVec == 1, T, uint4>::type;  // kVec values of T per load
   allow_next_grid_launch();  // the attention kernel after it may start its blocks (it waits for this grid)
   extern __shared__ __align__(16) unsigned char head_smem[];
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
 
   float amax = 0.0f;
 #pragma unroll 4
-  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
     const int row = i / vecs_per_row, col = i % vecs_per_row * kVec;
     const Vec v = *reinterpret_cast<const Vec*>(x + row * p.x_row_stride + col * p.x_col_stride);
     reinterpret_cast<Vec*>(values)[slot(i)] = v;
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
       amax = fmaxf(amax, vector_amax<T>(v));
     }
   }
-  __shared__ float warp_max[kHeadThreads / 32];
+  __shared__ float warp_max[kThreads / 32];
   amax = group_max<32>(amax);
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
   __syncthreads();  // also publishes the staged values
@@ -117,7 +118,7 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     // within three blocks' 40 registers (half vectors spilled) and give every warp work.
     constexpr int kChannels = kVec > 1 ? kVec / 4 : 1;  // (kVec is 1 only in instantiations that never smooth)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int quarter = warp; quarter < 4 * vecs_per_row; quarter += kHeadThreads / 32) {
+    for (int quarter = warp; quarter < 4 * vecs_per_row; quarter += kThreads / 32) {
       ChannelStats<kChannels> stats;
       for (int row = lane; row < p.rows; row += 32) {
         const int vector = slot(row * vecs_per_row + quarter / 4);
@@ -133,14 +134,14 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     }
     __syncthreads();
     float channel_amax = 0.0f;
-    for (int c = threadIdx.x; c < p.cols; c += kHeadThreads) {
+    for (int c = threadIdx.x; c < p.cols; c += kThreads) {
       channel_amax = fmaxf(channel_amax, ChannelTotal(totals + c, p.cols).smoothed_amax(p.rows, shift, c));
       p.shift[static_cast<int64_t>(head) * p.cols + c] = shift[c];
     }
-    amax = block_max<kHeadThreads>(channel_amax);
+    amax = block_max<kThreads>(channel_amax);
     if (threadIdx.x == 0) head_scale = p.scale[head] = scale_from_amax(amax);
   } else if (threadIdx.x < 32) {
-    amax = group_max<32>(threadIdx.x < kHeadThreads / 32 ? warp_max[threadIdx.x] : 0.0f);
+    amax = group_max<32>(threadIdx.x < kThreads / 32 ? warp_max[threadIdx.x] : 0.0f);
     if (threadIdx.x == 0) {
       head_scale = p.given_scale != nullptr ? p.given_scale[head] : scale_from_amax(amax);
       p.scale[head] = head_scale;
@@ -148,13 +149,13 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
   }
   __syncthreads();
   const float scale = head_scale;
-  // Every vector of this thread starts at the same column (vecs_per_row divides kHeadThreads when smoothing); its
+  // Every vector of this thread starts at the same column (vecs_per_row divides kThreads when smoothing); its
   // means are read from shared memory with each vector, as held in registers they took the kernel past three
   // blocks' 40.
   const float* offset = smooth ? shift + threadIdx.x % vecs_per_row * kVec : nullptr;
   uint8_t* codes = head_codes(p, head);
   const bool padded = !kSmooth && p.codes_cols > p.cols;
-  for (int i = threadIdx.x; i < vecs; i += kHeadThreads) {
+  for (int i = threadIdx.x; i < vecs; i += kThreads) {
     const Vec staged = reinterpret_cast<const Vec*>(values)[slot(i)];  // one load (see quantize_stream.cu)
     const T* elems = reinterpret_cast<const T*>(&staged);
     float x[kVec];
@@ -164,24 +165,42 @@ __global__ void __launch_bounds__(kHeadThreads, kSmooth ? 3 : 0) quantize_heads_
     // bytes at its 40 registers.
     store_head_codes<kVec>(p, codes, i * kVec, x, E4m3Divisor(scale, p.given_scale == nullptr), padded);
   }
-  if (padded) write_padding(p, codes);
+  if (padded) write_padding<kThreads>(p, codes);
+}
+
+// Threads a block: 512, or 256 where heads of up to 32 KB outnumber the 512-thread blocks that the SMs hold at once
+// (four an SM, by threads): twice as many then start at once. H200, graph us, fp16, 3 rounds, 512 / 256 threads: k,
+// v of 32x12x197x64 (ViT-B/16) 13.0-13.5 / 10.3, q, k, v 20.1-20.4 / 16.3, the drop-in `fast` 47.1-47.3 / 44.3-44.7
+// (cuDNN 25.9); k, v of 64x12x197x64 27.0-27.3 / 20.9-21.0, 32x16x256x64 18.1-18.2 / 17.6-17.7. Larger heads lose
+// with 256 (k, v of 8x16x512x64 9.0 / 10.5, 16x16x257x128 19.3 / 22.9, 32x16x577x64 39.0 / 43.1), as do few heads
+// (q, k, v of 2x8x256x64 3.4 / 3.95); 128 threads were slower than 256 at every shape (ViT-B/16's k, v 10.6).
+bool short_head_blocks(const QuantizeHeadsParams& b, int multiprocessors) {
+  return quantize_heads_smem_bytes(b) <= 32 * 1024 &&
+         static_cast<int64_t>(b.first_block[b.count]) > 2048 / kHeadThreads * static_cast<int64_t>(multiprocessors);
 }
 
 template <typename T>
-cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, cudaStream_t stream) {
+cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, int multiprocessors, cudaStream_t stream) {
   const int smem = static_cast<int>(quantize_heads_smem_bytes(b));
   const unsigned blocks = static_cast<unsigned>(b.first_block[b.count]);
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto kernel, int threads) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess) {
       return err;
     }
-    kernel<<<blocks, kHeadThreads, smem, stream>>>(b);
+    kernel<<<blocks, threads, smem, stream>>>(b);
     return cudaGetLastError();
   };
-  if (smooths(b)) return launch(quantize_heads_kernel<T, 16 / sizeof(T), true>);  // vectorized (smoothable_row)
-  if (b.vectorized) return launch(quantize_heads_kernel<T, 16 / sizeof(T), false>);
-  return launch(quantize_heads_kernel<T, 1, false>);
+  auto launch_plain = [&](auto threads) {
+    constexpr int kThreads = decltype(threads)::value;
+    if (b.vectorized) return launch(quantize_heads_kernel<T, 16 / sizeof(T), false, kThreads>, kThreads);
+    return launch(quantize_heads_kernel<T, 1, false, kThreads>, kThreads);
+  };
+  if (smooths(b)) {  // vectorized (smoothable_row)
+    return launch(quantize_heads_kernel<T, 16 / sizeof(T), true, kHeadThreads>, kHeadThreads);
+  }
+  if (short_head_blocks(b, multiprocessors)) return launch_plain(std::integral_constant<int, kHeadThreads / 2>());
+  return launch_plain(std::integral_constant<int, kHeadThreads>());
 }
 
 // The whole-head kernel's staged values: the largest head, rounded up to 16 bytes (the statistics follow).
@@ -200,11 +219,11 @@ int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
   return quantize_heads_values_bytes(b) + smoothing_stats_bytes(b, 0);  // the totals and the shift
 }
 
-cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, cudaStream_t stream) {
+cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, int multiprocessors, cudaStream_t stream) {
   QuantizeHeadsParams params = b;
   params.stats_offset = static_cast<int>(quantize_heads_values_bytes(b));
   return with_input_type(params.tensors[0].x_type,
-                         [&](auto value) { return launch_heads_typed<decltype(value)>(params, stream); });
+                         [&](auto value) { return launch_heads_typed<decltype(value)>(params, multiprocessors, stream); });
 }
 
 }  // namespace sdpa
