@@ -172,8 +172,8 @@ def test_dequantize_round_trip_error_bound(device):
     ((1, 3, 50, 20), (1, 3, 70, 20)),       # 16-bit rows not in 16-byte vectors: a block per head on any GPU
     ((1, 2, 4096, 128), (1, 1, 3000, 128)), # heads too large for a cluster or shared memory: the two-pass kernels
     ((8, 8, 256, 64), (8, 2, 200, 64)),     # many small heads: a block per head
-    ((32, 12, 197, 64), (32, 12, 197, 64)),  # more heads of up to 32 KB than 512-thread blocks fit: 256-thread blocks
-    ((64, 12, 50, 20), (64, 12, 70, 20)),   # the same, 16-bit rows not in 16-byte vectors
+    ((32, 12, 197, 64), (32, 12, 197, 64)),  # more short heads than 512-thread blocks fit: 256 threads (16-bit, sm_90)
+    ((64, 12, 50, 20), (64, 12, 70, 20)),   # 256-thread blocks, 16-bit rows not in 16-byte vectors
     ((4, 16, 385, 128), (4, 8, 300, 128)),  # many heads too large for 3 blocks per SM: streaming clusters (sm_90)
     ((2, 16, 1536, 256), (2, 8, 1536, 256)),  # streaming clusters of 512-thread blocks (16-bit inputs, sm_90)
     ((2, 16, 1930, 128), (2, 8, 2048, 128)),  # streaming clusters of 16 blocks, shares of two sizes
@@ -246,7 +246,7 @@ def test_amax_scales_encode_every_16bit_value_like_torch(device, dtype, shape):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape,width", [
     ((32, 4, 257, 80), 128),   # many heads a block holds: the block-per-head kernel writes the padding
-    ((64, 8, 100, 80), 128),   # more short heads than 512-thread blocks fit at once: 256-thread blocks pad
+    ((64, 8, 100, 80), 128),   # more short heads than 512-thread blocks fit at once: 256-thread blocks pad them
     ((1, 2, 70, 88), 128),     # few heads: the same kernel (not the clusters, which do not pad)
     ((1, 2, 50, 20), 32),      # 16-bit rows not in 16-byte vectors: codes one by one, the padding byte by byte
     ((2, 2, 2048, 96), 128),   # heads no block holds: the other kernels' codes, padded after them

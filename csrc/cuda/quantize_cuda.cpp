@@ -110,7 +110,7 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   const bool block_holds_head = head_bytes <= props->sharedMemPerBlockOptin - 1024;
   if (std::any_of(inputs, inputs + count, [&](const at::Tensor& x) { return x.size(3) < codes_width; })) {
     if (block_holds_head) {
-      const cudaError_t err = launch_quantize_heads(batch, props->multiProcessorCount, stream);
+      const cudaError_t err = launch_quantize_heads(batch, *props, stream);
       TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
       return;
     }
@@ -132,7 +132,7 @@ void quantize_heads_of(const at::Tensor* inputs, int count, at::Tensor* codes, a
   if (by_stream || by_cluster || block_holds_head) {
     const cudaError_t err = by_stream    ? launch_quantize_heads_stream(batch, stream)
                             : by_cluster ? launch_quantize_heads_cluster(batch, /*fewest_blocks=*/!few_heads, stream)
-                                         : launch_quantize_heads(batch, props->multiProcessorCount, stream);
+                                         : launch_quantize_heads(batch, *props, stream);
     TORCH_CHECK(err == cudaSuccess, "sdpa::quantize_fp8: kernel launch failed: ", cudaGetErrorString(err));
   } else {
     for (int t = 0; t < count; ++t) quantize_two_pass(batch.tensors[t], inputs[t], stream);

@@ -54,9 +54,9 @@ cudaError_t launch_quantize(const QuantizeParams& params, cudaStream_t stream);
 // when a tensor smooths (QuantizeParams::shift).
 int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& params);
 // One launch for all the tensors: a block per head stages the head in shared memory, reduces its amax and
-// encodes it from there. Blocks are smaller where many short heads would not all start at once (`multiprocessors`:
-// the GPU's SM count).
-cudaError_t launch_quantize_heads(const QuantizeHeadsParams& params, int multiprocessors, cudaStream_t stream);
+// encodes it from there. Blocks are smaller where `device`'s SMs hold more of them and many short heads wait.
+cudaError_t launch_quantize_heads(const QuantizeHeadsParams& params, const cudaDeviceProp& device,
+                                  cudaStream_t stream);
 // The same for heads of up to 8 x 256 x 8 16-byte vectors on sm_90 and later (16 x 256 x 8 where the GPU runs
 // 16-block clusters): a cluster of blocks per head holds the head in registers and reduces its amax through
 // distributed shared memory.

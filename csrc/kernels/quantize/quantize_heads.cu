@@ -169,18 +169,24 @@ __global__ void __launch_bounds__(kThreads, kSmooth ? 3 : 0) quantize_heads_kern
 }
 
 // Threads a block: 512, or 256 where heads of up to 32 KB outnumber the 512-thread blocks that the SMs hold at once
-// (four an SM, by threads): twice as many then start at once. H200, graph us, fp16, 3 rounds, 512 / 256 threads: k,
-// v of 32x12x197x64 (ViT-B/16) 13.0-13.5 / 10.3, q, k, v 20.1-20.4 / 16.3, the drop-in `fast` 47.1-47.3 / 44.3-44.7
-// (cuDNN 25.9); k, v of 64x12x197x64 27.0-27.3 / 20.9-21.0, 32x16x256x64 18.1-18.2 / 17.6-17.7. Larger heads lose
-// with 256 (k, v of 8x16x512x64 9.0 / 10.5, 16x16x257x128 19.3 / 22.9, 32x16x577x64 39.0 / 43.1), as do few heads
-// (q, k, v of 2x8x256x64 3.4 / 3.95); 128 threads were slower than 256 at every shape (ViT-B/16's k, v 10.6).
-bool short_head_blocks(const QuantizeHeadsParams& b, int multiprocessors) {
-  return quantize_heads_smem_bytes(b) <= 32 * 1024 &&
-         static_cast<int64_t>(b.first_block[b.count]) > 2048 / kHeadThreads * static_cast<int64_t>(multiprocessors);
+// (four an SM, by threads) and shared memory holds more than four: more heads then start at once (eight an SM on
+// sm_90's 228 KB; an sm_89 SM's 100 KB holds three of ViT-B/16's 25 KB heads, so 256 threads would only halve each
+// head's). H200, graph us, fp16, 3 rounds, 512 / 256 threads: k, v of 32x12x197x64 (ViT-B/16) 13.0-13.5 / 10.3, q,
+// k, v 20.1-20.4 / 16.3, the drop-in `fast` 47.1-47.3 / 44.3-44.7 (cuDNN 25.9); k, v of 64x12x197x64 27.0-27.3 /
+// 20.9-21.0, 32x16x256x64 18.1-18.2 / 17.6-17.7. Larger heads lose with 256 (k, v of 8x16x512x64 9.0 / 10.5,
+// 16x16x257x128 19.3 / 22.9, 32x16x577x64 39.0 / 43.1), as do few heads (q, k, v of 2x8x256x64 3.4 / 3.95); 128
+// threads were slower than 256 at every shape (ViT-B/16's k, v 10.6).
+bool short_head_blocks(const QuantizeHeadsParams& b, const cudaDeviceProp& device) {
+  constexpr int kBlocksByThreads = 2048 / kHeadThreads;
+  const int64_t head_bytes = quantize_heads_smem_bytes(b);
+  const int64_t heads = b.first_block[b.count];
+  const int64_t blocks_by_smem = device.sharedMemPerMultiprocessor / (head_bytes + device.reservedSharedMemPerBlock);
+  return head_bytes <= 32 * 1024 && blocks_by_smem > kBlocksByThreads &&
+         heads > kBlocksByThreads * static_cast<int64_t>(device.multiProcessorCount);
 }
 
 template <typename T>
-cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, int multiprocessors, cudaStream_t stream) {
+cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, const cudaDeviceProp& device, cudaStream_t stream) {
   const int smem = static_cast<int>(quantize_heads_smem_bytes(b));
   const unsigned blocks = static_cast<unsigned>(b.first_block[b.count]);
   auto launch = [&](auto kernel, int threads) {
@@ -199,7 +205,7 @@ cudaError_t launch_heads_typed(const QuantizeHeadsParams& b, int multiprocessors
   if (smooths(b)) {  // vectorized (smoothable_row)
     return launch(quantize_heads_kernel<T, 16 / sizeof(T), true, kHeadThreads>, kHeadThreads);
   }
-  if (short_head_blocks(b, multiprocessors)) return launch_plain(std::integral_constant<int, kHeadThreads / 2>());
+  if (short_head_blocks(b, device)) return launch_plain(std::integral_constant<int, kHeadThreads / 2>());
   return launch_plain(std::integral_constant<int, kHeadThreads>());
 }
 
@@ -219,11 +225,11 @@ int64_t quantize_heads_smem_bytes(const QuantizeHeadsParams& b) {
   return quantize_heads_values_bytes(b) + smoothing_stats_bytes(b, 0);  // the totals and the shift
 }
 
-cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, int multiprocessors, cudaStream_t stream) {
+cudaError_t launch_quantize_heads(const QuantizeHeadsParams& b, const cudaDeviceProp& device, cudaStream_t stream) {
   QuantizeHeadsParams params = b;
   params.stats_offset = static_cast<int>(quantize_heads_values_bytes(b));
   return with_input_type(params.tensors[0].x_type,
-                         [&](auto value) { return launch_heads_typed<decltype(value)>(params, multiprocessors, stream); });
+                         [&](auto value) { return launch_heads_typed<decltype(value)>(params, device, stream); });
 }
 
 }  // namespace sdpa
