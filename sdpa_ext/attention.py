@@ -140,6 +140,16 @@ def causal_alignment_of(attn_mask, is_causal, q, k):
     return True, CAUSAL_ALIGNMENTS[attn_mask.variant]
 
 
+def empty_in_query_layout(query: torch.Tensor, dims: int) -> torch.Tensor:
+    """An uninitialized [B, H, Sq, dims] tensor of q's dtype whose B, H and Sq dims lie in memory in the order of q's
+    strides, the last dim contiguous, as torch's flash and cuDNN backends lay out their output. Models project q as
+    [B, S, H, D] and view it as [B, H, S, D] (timm, transformers); their out.transpose(1, 2).reshape(B, S, H * D)
+    after attention is then a view, where a contiguous [B, H, S, D] out took a copy kernel of its own."""
+    order = sorted(range(3), key=lambda dim: -query.stride(dim))  # outermost first; ties keep B, H, S
+    buffer = query.new_empty([query.size(dim) for dim in order] + [dims])
+    return buffer.permute(*(order.index(dim) for dim in range(3)), 3)
+
+
 def _check_inputs(q, k, v, dropout_p, enable_gqa):
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p must be 0.0 (inference only), got {dropout_p}")
@@ -195,14 +205,12 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(head_dim)
     q8, q_scale, k8, k_scale, v8, v_scale, q_quantization = quantize_inputs(query, key, value, width, variant,
                                                                             smooth_keys)
-    if value_dim < width and value_dim % 8 == 0:
-        # v's dims zero-padded: the kernels write only the true ones, into an out that narrow (no copy after).
-        out = query.new_empty((*query.shape[:3], value_dim))
-        lse = query.new_empty(query.shape[:3], dtype=torch.float32)
-        ops.fp8_forward_into(q8, k8, v8, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant,
-                             causal_alignment=alignment, q_quantization=q_quantization)
+    # v's dims zero-padded to the kernel's: the kernels write only the true ones where they are a multiple of 8.
+    out_dims = value_dim if value_dim % 8 == 0 else width
+    out = empty_in_query_layout(query, out_dims)
+    lse = query.new_empty(query.shape[:3], dtype=torch.float32)
+    ops.fp8_forward_into(q8, k8, v8, q_scale, k_scale, v_scale, out, lse, is_causal, scale, variant,
+                         causal_alignment=alignment, q_quantization=q_quantization)
+    if out_dims == value_dim:
         return out
-    out, _ = ops.fp8_forward(q8, k8, v8, q_scale, k_scale, v_scale, is_causal, scale, query.dtype, variant,
-                             causal_alignment=alignment, q_quantization=q_quantization)
-    # Contiguous, as torch's output is: callers .view() it.
-    return out if value_dim == width else out[..., :value_dim].contiguous()
+    return empty_in_query_layout(query, value_dim).copy_(out[..., :value_dim])

@@ -359,16 +359,18 @@ def test_strided_and_uint8_inputs_match_contiguous(device):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_output_rows_anywhere_match_contiguous(device, head_dim):
     # Only the last dim of out must be contiguous. Rows 16 bytes apart from a 16-byte boundary take the kernels'
-    # 16-byte stores; rows one element apart from an odd offset (not even 4-byte aligned) take the element-wise path.
+    # 16-byte stores; rows one element apart from an odd offset (not even 4-byte aligned) take the element-wise path;
+    # heads interleaved within rows ([B, S, H, D] memory, the drop-in's out for such a q) too.
     q8, qs, k8, ks, v8, vs = quantize_all(*make_qkv((2, 4, 2, 77, 150, head_dim, True), 3, device))
     for variant in variants_for(device, head_dim):
         out, lse = sdpa_ext.fp8_forward(q8, k8, v8, qs, ks, vs, is_causal=True, variant=variant)
-        for pad in (8, 1):
-            wide = torch.full((2, 4, 77, head_dim + pad), float("nan"), dtype=torch.float16, device=device)
-            view = wide[..., pad:]
+        padded = [torch.full((2, 4, 77, head_dim + pad), float("nan"), dtype=torch.float16, device=device)[..., pad:]
+                  for pad in (8, 1)]
+        interleaved = torch.full((2, 77, 4, head_dim), float("nan"), dtype=torch.float16, device=device)
+        for layout, view in zip(("pad 8", "pad 1", "heads interleaved"), (*padded, interleaved.transpose(1, 2))):
             view_lse = torch.full_like(lse, float("nan"))
             sdpa_ext.fp8_forward_into(q8, k8, v8, qs, ks, vs, view, view_lse, True, None, variant)
-            assert torch.equal(view, out) and torch.equal(view_lse, lse), (variant, pad)
+            assert torch.equal(view, out) and torch.equal(view_lse, lse), (variant, layout)
 
 
 @pytest.mark.parametrize("head_dim,out_dims", [(128, 80), (64, 40), (256, 200)])
@@ -449,6 +451,27 @@ def test_drop_in_runs_other_head_dims_exactly(device, dims, is_causal, q_by_kern
     exact_out, _ = attention_float64(*drop_in_values(q, k, v), is_causal=is_causal)
     assert sqnr_db(out, exact_out) >= FULL.kernel_sqnr_db
     check_end_to_end_error(out, exact_out, sdpa_float32(q, k, v, is_causal=is_causal), record_error)
+
+
+@pytest.mark.parametrize("dims", [(64, 64), (80, 80), (20, 20)], ids=lambda d: f"qk{d[0]}-v{d[1]}")
+@pytest.mark.parametrize("q_by_kernel", [False, True], ids=["q-per-head", "q-by-kernel"])
+def test_drop_in_output_follows_the_layout_of_q(device, dims, q_by_kernel, monkeypatch):
+    # As torch's flash and cuDNN outputs do: a q viewed from [B, S, H, D] memory (as timm and transformers project
+    # it) gives an out in [B, S, H, D] memory, so that the caller's out.transpose(1, 2).reshape(B, S, H * D) is a view;
+    # a contiguous q gives a contiguous out. The values are the same bits either way. v of 20 dims: the kernels
+    # write 64 (not a multiple of 8) and the drop-in copies the first 20 out.
+    if q_by_kernel:
+        monkeypatch.setattr(sdpa_ext.attention, "KERNEL_QUANTIZES_QUERY_BYTES", 0)
+    head_dim, value_dim = dims
+    gen = torch.Generator().manual_seed(13)
+    q = torch.randn(2, 150, 8, head_dim, generator=gen).half().to(device).transpose(1, 2)
+    k = torch.randn(2, 170, 2, head_dim, generator=gen).half().to(device).transpose(1, 2)
+    v = torch.randn(2, 170, 2, value_dim, generator=gen).half().to(device).transpose(1, 2)
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert out.shape == (2, 8, 150, value_dim) and out.transpose(1, 2).is_contiguous()
+    contiguous = sdpa_ext.scaled_dot_product_attention(q.contiguous(), k.contiguous(), v.contiguous(),
+                                                       is_causal=True, enable_gqa=True)
+    assert contiguous.is_contiguous() and torch.equal(out, contiguous)
 
 
 @pytest.mark.parametrize("dims", [(80, 80), (96, 40), (200, 200)], ids=lambda d: f"qk{d[0]}-v{d[1]}")

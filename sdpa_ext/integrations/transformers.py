@@ -268,11 +268,14 @@ def _fast_attention(module, query, key, value, layer, scaling, is_causal, chunk_
         # lengths a prefill's q is quantized per 16 rows by the kernel, as the drop-in's (only decode takes lengths).
         lengths = layer.kv.lengths if key.size(2) != layer.kv.rows_written else None
         by_rows = lengths is None and kernel_quantizes_query(query, query.size(-1), "auto", smooth_keys=False)
-        out, _ = ops.fp8_forward(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, is_causal=causal,
-                                 scale=scaling, out_dtype=query.dtype, seqlens_k=lengths,
-                                 causal_alignment="bottom_right",
-                                 q_quantization="per_16_rows" if by_rows else "per_head")
-    return out.transpose(1, 2).contiguous()
+        # Written straight into the [B, Sq, Hq, D] output that transformers wants.
+        out = query.new_empty((query.size(0), q_len, query.size(1), key.size(3)))
+        lse = query.new_empty(query.shape[:3], dtype=torch.float32)
+        ops.fp8_forward_into(query, key, value, None, layer.kv.k_scale, layer.kv.v_scale, out.transpose(1, 2), lse,
+                             is_causal=causal, scale=scaling, seqlens_k=lengths, causal_alignment="bottom_right",
+                             q_quantization="per_16_rows" if by_rows else "per_head")
+        return out
+    return out.transpose(1, 2).contiguous()  # a view where q's memory is [B, Sq, Hq, D] (empty_in_query_layout)
 
 
 def _reference(module, query, key, value, layer, attention_mask, scaling, is_causal, kwargs):
