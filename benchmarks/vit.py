@@ -4,6 +4,7 @@ the way vision and diffusion users swap in an attention kernel).
 
     python benchmarks/vit.py                                   # four ViTs at batch 32: a few minutes on an H100
     python benchmarks/vit.py --models vit_base_patch16_224 --batch 8 --rounds 1 --out r.md
+    python benchmarks/vit.py --models vit_large_patch16_384 --kernels 12     # and where each forward's time goes
 
 Every attention call of a patched model quantizes its q, k and v to E4M3 per head and runs the kernel: the speed a
 user gets, quantization included. Times are CUDA-graph replays of one forward (median per round, rounds alternating
@@ -24,7 +25,7 @@ import torch
 import sdpa_ext
 from sdpa_ext.attention import fallback_counts
 from sdpa_ext.bench import environment, number_at_least, report
-from sdpa_ext.timing import probe_cuda_us, time_cuda_graph, warm_up_cuda
+from sdpa_ext.timing import kernel_device_us, probe_cuda_us, time_cuda_graph, warm_up_cuda
 
 # ViT-B/16 and ViT-L/16-384 (head dim 64; 197 and 577 tokens), ViT-H/14 (head dim 80) and ViT-g/14 (88): these two run
 # zero-padded to head dim 128.
@@ -38,6 +39,8 @@ def parse_args(argv):
     parser.add_argument("--models", default=",".join(MODELS), help="timm model names, separated by commas")
     parser.add_argument("--batch", type=number_at_least(int, 1, "--batch", "a positive integer"), default=32)
     parser.add_argument("--rounds", type=number_at_least(int, 1, "--rounds", "a positive integer"), default=3)
+    parser.add_argument("--kernels", type=number_at_least(int, 0, "--kernels", "a count"), default=0,
+                        help="also list the N kernels that take the most device time per forward, for each")
     parser.add_argument("--out", type=Path, help="also write the results here: JSON for a .json name, else markdown")
     return parser.parse_args(argv)
 
@@ -85,6 +88,32 @@ def accuracy(model, images):
     return result
 
 
+@torch.inference_mode()
+def kernel_shares(model, images, count):
+    """Device us per forward by implementation: every kernel's (torch.profiler, 3 forwards) and the `count` kernel
+    names that take the most in any implementation."""
+    forward = lambda _: model(images)  # noqa: E731
+    by_implementation = {}
+    for implementation in IMPLEMENTATIONS:
+        with patched(implementation):
+            by_implementation[implementation] = kernel_device_us(forward, calls=3)
+    tops = {name for us in by_implementation.values() for name in sorted(us, key=us.get, reverse=True)[:count]}
+    return {"total_us": {i: sum(us.values()) for i, us in by_implementation.items()},
+            "top": sorted(([name, {i: us.get(name, 0.0) for i, us in by_implementation.items()}] for name in tops),
+                          key=lambda row: -max(row[1].values()))}
+
+
+def kernel_table(shares):
+    """Markdown rows of kernel_shares: a kernel a row (its name cut to 70 characters), us per forward by
+    implementation, and the sum over every kernel last."""
+    lines = ["| kernel | " + " | ".join(f"{i} us" for i in IMPLEMENTATIONS) + " |",
+             "|---|" + "---|" * len(IMPLEMENTATIONS)]
+    for name, us in shares["top"]:
+        lines.append(f"| {name[:70]} | " + " | ".join(f"{us[i]:.1f}" for i in IMPLEMENTATIONS) + " |")
+    lines.append("| every kernel | " + " | ".join(f"{shares['total_us'][i]:.1f}" for i in IMPLEMENTATIONS) + " |")
+    return lines
+
+
 def markdown(result):
     env = result["environment"]
     lines = [f"timm {env['timm']} vision transformers, RANDOM weights, fp16, batch {result['batch']}, "
@@ -101,6 +130,10 @@ def markdown(result):
         acc = {i: f"{r['accuracy'][i]['cosine']:.5f} / {r['accuracy'][i]['sqnr_db']:.1f}" for i in IMPLEMENTATIONS[1:]}
         lines.append(f"| {r['model']} | {r['tokens']} | {r['heads']} x {r['head_dim']} | {ms['sdpa']} | {ms['fast']} | "
                      f"{speed['fast']} | {ms['auto']} | {speed['auto']} | {acc['fast']} | {acc['auto']} |")
+    for r in result["models"]:
+        if "kernels" in r:
+            lines += ["", f"{r['model']}: device us per forward by kernel (profiler; a kernel launched early under "
+                      "programmatic dependent launch counts its wait too):", "", *kernel_table(r["kernels"])]
     lines += ["", f"Drop-in calls that ran torch SDPA instead: {result['fallbacks'] or 'none'}."]
     return "\n".join(lines)
 
@@ -116,6 +149,8 @@ def main(argv=None):
         model, images, row = build(name, args.batch)
         row["ms"], row["rounds_ms"] = time_models(model, images, args.rounds)
         row["accuracy"] = accuracy(model, images)
+        if args.kernels:
+            row["kernels"] = kernel_shares(model, images, args.kernels)
         print(row, flush=True)
         result["models"].append(row)
         del model, images

@@ -7,31 +7,11 @@ drain between consecutive kernels; a one-element fill gives that floor.
 """
 
 import argparse
-import collections
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from sdpa_ext import timing
 from sdpa_ext.bench import ShapeBench, parse_shape
-
-CALLS = 20
-
-
-def kernel_durations(fn):
-    """Mean device microseconds per call of every kernel fn launches, by kernel name."""
-    for i in range(3):
-        fn(i)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(CALLS):
-            fn(i)
-        torch.cuda.synchronize()
-    totals = collections.Counter()
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA:
-            totals[event.name] += event.device_time / CALLS
-    return totals
 
 
 def main():
@@ -51,7 +31,8 @@ def main():
     print("|---|---|---|")
     for name, fn in rows:
         graph_us = timing.time_cuda_graph(fn, timing.probe_cuda_us(fn))["median_us"]
-        kernels = ", ".join(f"{k[:48]} {us:.2f}" for k, us in kernel_durations(fn).most_common())
+        by_time = sorted(timing.kernel_device_us(fn).items(), key=lambda item: -item[1])
+        kernels = ", ".join(f"{kernel[:48]} {us:.2f}" for kernel, us in by_time)
         print(f"| {name} | {graph_us:.2f} | {kernels} |")
 
 

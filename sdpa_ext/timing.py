@@ -111,6 +111,25 @@ def time_cuda_graph(fn: Callable[[int], object], call_us: float) -> Dict[str, fl
     return {**_summary(samples), "calls_per_graph": calls}
 
 
+def kernel_device_us(fn: Callable[[int], object], calls: int = 20) -> Dict[str, float]:
+    """Mean device microseconds per call of every kernel fn launches, by kernel name (torch.profiler, CUPTI), after 3
+    calls of warm-up. A kernel that starts early under programmatic dependent launch (the Hopper attention kernels
+    after the quantizer) counts its wait for the kernel before it too, so shares of one call can add up to more than
+    its graph time."""
+    for i in range(3):
+        fn(i)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(i)
+        torch.cuda.synchronize()
+    totals: Dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / calls
+    return totals
+
+
 def parse_clock_power(line: str) -> Optional[Tuple[float, float]]:
     """(SM MHz, board W) from a line of `nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader,nounits`,
     or None for anything else ("[N/A]", an empty line)."""

@@ -59,6 +59,15 @@ def test_nvidia_smi_names_the_gpu_that_torch_uses():
     assert listed.stdout.strip() == torch.cuda.get_device_name(device)
 
 
+@requires_cuda
+def test_kernel_device_us_names_each_kernel_a_call_launches():
+    # A fill kernel and a device-to-device copy a call, each by its own name with its mean device time.
+    x, y = (torch.zeros(1 << 20, device="cuda") for _ in range(2))
+    shares = timing.kernel_device_us(lambda i: y.copy_(x.fill_(i)), calls=4)
+    assert all(us > 0 for us in shares.values())
+    assert any("fill" in name.lower() for name in shares) and any("copy" in name.lower() for name in shares)
+
+
 def test_parse_shape_rejects_bad_input():
     assert bench.parse_shape("1,8,512,64") == (1, 8, 512, 64)
     for bad in ("1,8,512", "1,8,x,64", "1,0,4,64"):
