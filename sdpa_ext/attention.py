@@ -187,14 +187,19 @@ def scaled_dot_product_attention(
 
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
     dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
-    zero-padded to the next of those (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in
-    fallback_counts() and warned once.
+    zero-padded to the next of those (exact: see KERNEL_HEAD_DIMS); larger ones, and empty tensors, run torch SDPA,
+    counted in fallback_counts() and warned once.
     is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
     (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention also takes.
     smooth_keys quantizes each head's keys minus their mean key (quantize_fp8_qkv's smooth_k), which leaves the
     softmax, and so the output, unchanged and spends E4M3's range on what varies between keys.
     """
     _check_inputs(query, key, value, dropout_p, enable_gqa)
+    if any(t.numel() == 0 for t in (query, key, value)):
+        # torch returns what such a call means (an empty out, zeros for rows that see no key, or with q and k of no
+        # dims the mean of v); the kernels take non-empty tensors only.
+        return run_torch_sdpa("an empty q, k or v", query, key, value, attn_mask=attn_mask, is_causal=is_causal,
+                              scale=scale, enable_gqa=enable_gqa)
     head_dim, value_dim = query.size(-1), value.size(-1)
     width = kernel_head_dim(max(head_dim, value_dim))
     if width is None:

@@ -520,6 +520,27 @@ def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
     assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
 
 
+@pytest.mark.parametrize("q_shape, kv_shape, v_dims, is_causal", [
+    ((0, 2, 5, 64), (0, 2, 7, 64), 64, False),  # no batch
+    ((1, 0, 5, 64), (1, 0, 7, 64), 64, False),  # no heads
+    ((1, 2, 0, 64), (1, 2, 7, 64), 64, True),   # no queries
+    ((1, 2, 5, 64), (1, 2, 0, 64), 64, False),  # no keys: every row is 0
+    ((1, 2, 5, 64), (1, 2, 0, 64), 64, True),
+    ((1, 2, 5, 0), (1, 2, 7, 0), 64, False),    # q and k of no dims: every score 0, the mean of v
+    ((1, 2, 5, 64), (1, 2, 7, 64), 0, False),   # v of no dims
+])
+def test_drop_in_takes_empty_inputs_as_torch_does(q_shape, kv_shape, v_dims, is_causal):
+    # F.scaled_dot_product_attention accepts every one of these; the drop-in returns the same, through torch SDPA.
+    q, k = torch.randn(q_shape, dtype=torch.float16), torch.randn(kv_shape, dtype=torch.float16)
+    v = torch.randn(*kv_shape[:3], v_dims, dtype=torch.float16)
+    reason = "an empty q, k or v"
+    before = sdpa_ext.attention.fallback_counts().get(reason, 0)
+    with pytest.warns(UserWarning, match="an empty q") if before == 0 else contextlib.nullcontext():
+        out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal))
+    assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
+
+
 def test_drop_in_rejects_what_it_cannot_do():
     q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="attn_mask"):
