@@ -8,6 +8,7 @@
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass, replace
 
 import pytest
@@ -510,14 +511,19 @@ def test_drop_in_smooths_keys_with_channel_offsets(device, head_dim):
     assert abs(sqnr(0.0, False) - without_offsets) <= 1.0, "smoothing costs keys without offsets at most 1 dB"
 
 
+def assert_runs_torch_sdpa(reason, q, k, v, **kwargs):
+    """The drop-in's output equals torch's own F.scaled_dot_product_attention bit for bit, and the call is counted
+    under `reason` in fallback_counts() (warned the first time)."""
+    before = sdpa_ext.attention.fallback_counts().get(reason, 0)
+    with pytest.warns(UserWarning, match=re.escape(reason)) if before == 0 else contextlib.nullcontext():
+        out = sdpa_ext.scaled_dot_product_attention(q, k, v, **kwargs)
+    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, **kwargs))
+    assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
+
+
 def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
     q = torch.randn(1, 2, 16, 320, dtype=torch.float16)
-    reason = "head dim 320 > 256"
-    before = sdpa_ext.attention.fallback_counts().get(reason, 0)
-    with pytest.warns(UserWarning, match="head dim 320") if before == 0 else contextlib.nullcontext():
-        out = sdpa_ext.scaled_dot_product_attention(q, q, q, is_causal=True)
-    assert torch.equal(out, F.scaled_dot_product_attention(q, q, q, is_causal=True))
-    assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
+    assert_runs_torch_sdpa("head dim 320 > 256", q, q, q, is_causal=True)
 
 
 @pytest.mark.parametrize("q_shape, kv_shape, v_dims, is_causal", [
@@ -533,12 +539,7 @@ def test_drop_in_takes_empty_inputs_as_torch_does(q_shape, kv_shape, v_dims, is_
     # F.scaled_dot_product_attention accepts every one of these; the drop-in returns the same, through torch SDPA.
     q, k = torch.randn(q_shape, dtype=torch.float16), torch.randn(kv_shape, dtype=torch.float16)
     v = torch.randn(*kv_shape[:3], v_dims, dtype=torch.float16)
-    reason = "an empty q, k or v"
-    before = sdpa_ext.attention.fallback_counts().get(reason, 0)
-    with pytest.warns(UserWarning, match="an empty q") if before == 0 else contextlib.nullcontext():
-        out = sdpa_ext.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
-    assert torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal))
-    assert sdpa_ext.attention.fallback_counts()[reason] == before + 1
+    assert_runs_torch_sdpa("an empty q, k or v", q, k, v, is_causal=is_causal)
 
 
 def test_drop_in_rejects_what_it_cannot_do():
