@@ -150,6 +150,20 @@ def empty_in_query_layout(query: torch.Tensor, dims: int) -> torch.Tensor:
     return buffer.permute(*(order.index(dim) for dim in range(3)), 3)
 
 
+def broadcast_leading_dims(q, k, v, enable_gqa):
+    """q, k and v expanded (views, no copy) to their common batch size and, without enable_gqa, head count, as
+    F.scaled_dot_product_attention broadcasts them (a k and v of batch 1 shared by every sequence of q, say).
+    Tensors that are not 4-D or do not broadcast come back as they are, for _check_inputs to name."""
+    if not all(t.dim() == 4 for t in (q, k, v)):
+        return q, k, v
+    dims = 1 if enable_gqa else 2
+    try:
+        leading = torch.broadcast_shapes(*(t.shape[:dims] for t in (q, k, v)))
+    except RuntimeError:
+        return q, k, v
+    return tuple(t.expand(*leading, *t.shape[dims:]) for t in (q, k, v))
+
+
 def _check_inputs(q, k, v, dropout_p, enable_gqa):
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p must be 0.0 (inference only), got {dropout_p}")
@@ -185,8 +199,8 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale [+ causal mask]) v with k and v quantized to E4M3 per head, q per head or, where the
     kernel quantizes it itself (kernel_quantizes_query), per 16 rows.
 
-    Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors; the output has the input
-    dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
+    Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors, batch and heads broadcast as
+    there; the output has the input dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
     zero-padded to the next of those (exact: see KERNEL_HEAD_DIMS); larger ones, and empty tensors, run torch SDPA,
     counted in fallback_counts() and warned once.
     is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
@@ -194,6 +208,7 @@ def scaled_dot_product_attention(
     smooth_keys quantizes each head's keys minus their mean key (quantize_fp8_qkv's smooth_k), which leaves the
     softmax, and so the output, unchanged and spends E4M3's range on what varies between keys.
     """
+    query, key, value = broadcast_leading_dims(query, key, value, enable_gqa)
     _check_inputs(query, key, value, dropout_p, enable_gqa)
     if any(t.numel() == 0 for t in (query, key, value)):
         # torch returns what such a call means (an empty out, zeros for rows that see no key, or with q and k of no

@@ -542,6 +542,26 @@ def test_drop_in_takes_empty_inputs_as_torch_does(q_shape, kv_shape, v_dims, is_
     assert_runs_torch_sdpa("an empty q, k or v", q, k, v, is_causal=is_causal)
 
 
+@pytest.mark.parametrize("q_lead, kv_lead, enable_gqa", [
+    ((1, 2), (3, 2), False),  # q of batch 1 against three sequences of keys
+    ((2, 2), (1, 2), False),  # one k and v shared by a batch of q
+    ((1, 1), (1, 4), False),  # one q head against four k/v heads
+    ((2, 1), (1, 4), False),
+    ((2, 4), (1, 2), True),   # grouped heads, k and v shared by the batch
+])
+def test_drop_in_broadcasts_batch_and_heads_as_torch_does(q_lead, kv_lead, enable_gqa):
+    # F.scaled_dot_product_attention broadcasts the batch and head dims of q, k and v; the drop-in gives the output
+    # shape torch gives and the bits it gives for the same tensors expanded into copies.
+    q = torch.randn(*q_lead, 40, 64, dtype=torch.float16)
+    k, v = (torch.randn(*kv_lead, 50, 64, dtype=torch.float16) for _ in range(2))
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
+    shape = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=enable_gqa).shape
+    assert out.shape == shape
+    dims = 1 if enable_gqa else 2
+    copies = (t.expand(*shape[:dims], *t.shape[dims:]).contiguous() for t in (q, k, v))
+    assert torch.equal(out, sdpa_ext.scaled_dot_product_attention(*copies, enable_gqa=enable_gqa))
+
+
 def test_drop_in_rejects_what_it_cannot_do():
     q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="attn_mask"):
@@ -556,8 +576,9 @@ def test_drop_in_rejects_what_it_cannot_do():
         sdpa_ext.scaled_dot_product_attention(q, q.bfloat16(), q)
     with pytest.raises(ValueError, match="k must have the head dim of q"):
         sdpa_ext.scaled_dot_product_attention(q, q[..., :32], q)
-    with pytest.raises(ValueError, match="enable_gqa=True"):
-        sdpa_ext.scaled_dot_product_attention(q, q[:, :1], q[:, :1])
+    with pytest.raises(ValueError, match="enable_gqa=True"):  # 2 k/v heads for 4 q heads: no broadcast, as in torch
+        q4 = torch.randn(1, 4, 8, 64, dtype=torch.float16)
+        sdpa_ext.scaled_dot_product_attention(q4, q, q)
     with pytest.raises(NotImplementedError, match="no backward"):
         sdpa_ext.scaled_dot_product_attention(q.requires_grad_(), q, q)
 
