@@ -542,18 +542,19 @@ def test_drop_in_takes_empty_inputs_as_torch_does(q_shape, kv_shape, v_dims, is_
     assert_runs_torch_sdpa("an empty q, k or v", q, k, v, is_causal=is_causal)
 
 
-@pytest.mark.parametrize("q_lead, kv_lead, enable_gqa", [
-    ((1, 2), (3, 2), False),  # q of batch 1 against three sequences of keys
-    ((2, 2), (1, 2), False),  # one k and v shared by a batch of q
-    ((1, 1), (1, 4), False),  # one q head against four k/v heads
-    ((2, 1), (1, 4), False),
-    ((2, 4), (1, 2), True),   # grouped heads, k and v shared by the batch
+@pytest.mark.parametrize("q_lead, kv_lead, enable_gqa, rows", [
+    ((1, 2), (3, 2), False, 40),  # q of batch 1 against three sequences of keys
+    ((2, 2), (1, 2), False, 40),  # one k and v shared by a batch of q
+    ((1, 1), (1, 4), False, 40),  # one q head against four k/v heads
+    ((2, 1), (1, 4), False, 40),
+    ((2, 4), (1, 2), True, 40),   # grouped heads, k and v shared by the batch
+    ((1, 8), (8, 8), False, 512),  # q of 4 MB once expanded: on sm_90 the kernel quantizes it, batch stride 0
 ])
-def test_drop_in_broadcasts_batch_and_heads_as_torch_does(q_lead, kv_lead, enable_gqa):
+def test_drop_in_broadcasts_batch_and_heads_as_torch_does(device, q_lead, kv_lead, enable_gqa, rows):
     # F.scaled_dot_product_attention broadcasts the batch and head dims of q, k and v; the drop-in gives the output
     # shape torch gives and the bits it gives for the same tensors expanded into copies.
-    q = torch.randn(*q_lead, 40, 64, dtype=torch.float16)
-    k, v = (torch.randn(*kv_lead, 50, 64, dtype=torch.float16) for _ in range(2))
+    q = torch.randn(*q_lead, rows, 64, dtype=torch.float16, device=device)
+    k, v = (torch.randn(*kv_lead, rows + 10, 64, dtype=torch.float16, device=device) for _ in range(2))
     out = sdpa_ext.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
     shape = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=enable_gqa).shape
     assert out.shape == shape
