@@ -154,11 +154,12 @@ def broadcast_leading_dims(q, k, v, enable_gqa):
     """q, k and v expanded (views, no copy) to their common batch size and, without enable_gqa, head count, as
     F.scaled_dot_product_attention broadcasts them (a k and v of batch 1 shared by every sequence of q, say).
     Tensors that are not 4-D or do not broadcast come back as they are, for _check_inputs to name."""
-    if not all(t.dim() == 4 for t in (q, k, v)):
-        return q, k, v
     dims = 1 if enable_gqa else 2
+    shapes = [t.shape[:dims] for t in (q, k, v)]
+    if shapes[0] == shapes[1] == shapes[2] or not all(t.dim() == 4 for t in (q, k, v)):
+        return q, k, v  # the common call: no views made (each is a host-side op in eager mode)
     try:
-        leading = torch.broadcast_shapes(*(t.shape[:dims] for t in (q, k, v)))
+        leading = torch.broadcast_shapes(*shapes)
     except RuntimeError:
         return q, k, v
     return tuple(t.expand(*leading, *t.shape[dims:]) for t in (q, k, v))
