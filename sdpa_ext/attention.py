@@ -150,19 +150,30 @@ def empty_in_query_layout(query: torch.Tensor, dims: int) -> torch.Tensor:
     return buffer.permute(*(order.index(dim) for dim in range(3)), 3)
 
 
-def broadcast_leading_dims(q, k, v, enable_gqa):
-    """q, k and v expanded (views, no copy) to their common batch size and, without enable_gqa, head count, as
-    F.scaled_dot_product_attention broadcasts them (a k and v of batch 1 shared by every sequence of q, say).
-    Tensors that are not 4-D or do not broadcast come back as they are, for _check_inputs to name."""
-    dims = 1 if enable_gqa else 2
-    shapes = [t.shape[:dims] for t in (q, k, v)]
-    if shapes[0] == shapes[1] == shapes[2] or not all(t.dim() == 4 for t in (q, k, v)):
-        return q, k, v  # the common call: no views made (each is a host-side op in eager mode)
+def attention_views(q, k, v, enable_gqa):
+    """((q, k, v) as [B, H, S, D] tensors, the output's leading dims) for inputs of any rank from 2, their leading
+    dims broadcast as F.scaled_dot_product_attention broadcasts them: every dim before the last two, but under
+    enable_gqa the head dim (-3), which must then exist. Views where they can be (a k and v of batch 1 shared by every
+    sequence of q costs no copy). The leading dims are None where q, k and v are already 4-D with one batch (and head)
+    shape, the common call, which makes no view (each is a host-side op in eager mode), and where they do not
+    broadcast (left for _check_inputs to name)."""
+    tensors = (q, k, v)
+    kept = 1 if enable_gqa else 0  # leading dims that stay each tensor's own: the heads under GQA
+    if any(t.dim() < 2 + kept for t in tensors):
+        return tensors, None
+    batches = [t.shape[:t.dim() - 2 - kept] for t in tensors]
+    if all(t.dim() == 4 for t in tensors) and batches[0] == batches[1] == batches[2]:
+        return tensors, None
     try:
-        leading = torch.broadcast_shapes(*shapes)
+        batch = torch.broadcast_shapes(*batches)
     except RuntimeError:
-        return q, k, v
-    return tuple(t.expand(*leading, *t.shape[dims:]) for t in (q, k, v))
+        return tensors, None
+    if kept:
+        flat = math.prod(batch)
+        views = tuple(t.expand(*batch, *t.shape[-3:]).reshape(flat, *t.shape[-3:]) for t in tensors)
+        return views, (*batch, q.size(-3))
+    flat, heads = math.prod(batch[:-1]), batch[-1] if batch else 1
+    return tuple(t.expand(*batch, *t.shape[-2:]).reshape(flat, heads, *t.shape[-2:]) for t in tensors), batch
 
 
 def _check_inputs(q, k, v, dropout_p, enable_gqa):
@@ -171,8 +182,12 @@ def _check_inputs(q, k, v, dropout_p, enable_gqa):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"{name} must be torch.float16 or torch.bfloat16, got {t.dtype}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must have 4 dims [B, H, S, D], got shape {list(t.shape)}")
+        if t.dim() < (3 if enable_gqa else 2):
+            raise ValueError(f"{name} must have at least {3 if enable_gqa else 2} dims [..., S, D] (heads at dim -3 "
+                             f"with enable_gqa), got shape {list(t.shape)}")
+    if not q.dim() == k.dim() == v.dim() == 4:  # attention_views made them 4-D wherever they broadcast
+        raise ValueError(f"the leading dims of q, k and v must broadcast as in torch, got shapes {list(q.shape)}, "
+                         f"{list(k.shape)} and {list(v.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype} and {v.dtype}")
     if k.size(-1) != q.size(-1):
@@ -200,16 +215,23 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale [+ causal mask]) v with k and v quantized to E4M3 per head, q per head or, where the
     kernel quantizes it itself (kernel_quantizes_query), per 16 rows.
 
-    Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors, batch and heads broadcast as
-    there; the output has the input dtype. v may have a head dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run
-    zero-padded to the next of those (exact: see KERNEL_HEAD_DIMS); larger ones, and empty tensors, run torch SDPA,
-    counted in fallback_counts() and warned once.
+    Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors, and as there for other ranks
+    from 2 and for leading dims that broadcast (attention_views); the output has the input dtype. v may have a head
+    dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run zero-padded to the next of those
+    (exact: see KERNEL_HEAD_DIMS); larger ones, and empty tensors, run torch SDPA, counted in fallback_counts() and
+    warned once.
     is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
     (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention also takes.
     smooth_keys quantizes each head's keys minus their mean key (quantize_fp8_qkv's smooth_k), which leaves the
     softmax, and so the output, unchanged and spends E4M3's range on what varies between keys.
     """
-    query, key, value = broadcast_leading_dims(query, key, value, enable_gqa)
+    (query, key, value), out_leading = attention_views(query, key, value, enable_gqa)
+    out = _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, variant, smooth_keys)
+    return out if out_leading is None else out.reshape(*out_leading, *out.shape[-2:])
+
+
+def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, variant, smooth_keys):
+    """scaled_dot_product_attention of [B, H, S, D] tensors."""
     _check_inputs(query, key, value, dropout_p, enable_gqa)
     if any(t.numel() == 0 for t in (query, key, value)):
         # torch returns what such a call means (an empty out, zeros for rows that see no key, or with q and k of no

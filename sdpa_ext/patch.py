@@ -21,8 +21,6 @@ def unsupported_reason(query, key, value, attn_mask, dropout_p) -> Optional[str]
         return "an attn_mask tensor"
     if dropout_p != 0.0:
         return "dropout_p > 0"
-    if any(t.dim() != 4 for t in (query, key, value)):
-        return "inputs that are not 4-D"
     if not query.dtype == key.dtype == value.dtype or query.dtype not in attention.SUPPORTED_DTYPES:
         return f"dtype {query.dtype}"
     if torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
@@ -33,7 +31,7 @@ def unsupported_reason(query, key, value, attn_mask, dropout_p) -> Optional[str]
 @contextmanager
 def patch_torch_sdpa(variant: str = "auto", smooth_keys: bool = attention.SMOOTH_KEYS_DEFAULT) -> Iterator[None]:
     """Within the block, torch.nn.functional.scaled_dot_product_attention is sdpa_ext's drop-in with this variant
-    (q, k, v quantized to E4M3 per head on every call). Calls it cannot take (a mask tensor, dropout, 3-D or float32
+    (q, k, v quantized to E4M3 per head on every call). Calls it cannot take (a mask tensor, dropout, float32
     inputs, autograd) run torch SDPA, counted and warned once per reason. The original is restored on exit. Code
     that bound the function to a name of its own before the block (`from torch.nn.functional import ...`) keeps
     torch's; models that call `F.scaled_dot_product_attention`, as timm's do, take the drop-in."""

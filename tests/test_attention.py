@@ -563,6 +563,31 @@ def test_drop_in_broadcasts_batch_and_heads_as_torch_does(device, q_lead, kv_lea
     assert torch.equal(out, sdpa_ext.scaled_dot_product_attention(*copies, enable_gqa=enable_gqa))
 
 
+@pytest.mark.parametrize("q_shape, kv_shape, enable_gqa", [
+    ((40, 64), (50, 64), False),                # one head, no batch
+    ((2, 40, 64), (2, 50, 64), False),          # heads, no batch
+    ((2, 3, 2, 40, 64), (2, 3, 2, 50, 64), False),  # two batch dims
+    ((3, 2, 40, 64), (2, 50, 64), False),       # k and v without the batch dim of q
+    ((1, 2, 40, 64), (3, 1, 2, 50, 64), False),  # ranks that differ both ways
+    ((4, 40, 64), (2, 50, 64), True),           # grouped heads, no batch
+])
+def test_drop_in_takes_every_rank_torch_takes(q_shape, kv_shape, enable_gqa):
+    # F.scaled_dot_product_attention takes tensors of 2 dims or more, broadcasting all but the last two (but the
+    # head dim under enable_gqa); the drop-in gives torch's output shape and the bits of the same call in 4-D copies.
+    q = torch.randn(q_shape, dtype=torch.float16)
+    k, v = (torch.randn(kv_shape, dtype=torch.float16) for _ in range(2))
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa)
+    shape = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), enable_gqa=enable_gqa).shape
+    assert out.shape == shape
+    if enable_gqa:  # every dim before the heads broadcast, then folded into one batch dim
+        copies = [t.expand(*shape[:-3], *t.shape[-3:]).reshape(-1, *t.shape[-3:]) for t in (q, k, v)]
+    else:  # every dim before the last two broadcast, the last of them taken as the heads
+        heads = shape[-3] if len(shape) > 2 else 1
+        copies = [t.expand(*shape[:-2], *t.shape[-2:]).reshape(-1, heads, *t.shape[-2:]) for t in (q, k, v)]
+    expected = sdpa_ext.scaled_dot_product_attention(*(c.contiguous() for c in copies), enable_gqa=enable_gqa)
+    assert torch.equal(out, expected.reshape(shape))
+
+
 def test_drop_in_rejects_what_it_cannot_do():
     q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
     with pytest.raises(NotImplementedError, match="attn_mask"):
@@ -571,8 +596,11 @@ def test_drop_in_rejects_what_it_cannot_do():
         sdpa_ext.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
     with pytest.raises(ValueError, match="q must be torch.float16 or torch.bfloat16"):
         sdpa_ext.scaled_dot_product_attention(q.float(), q, q)
-    with pytest.raises(ValueError, match="k must have 4 dims"):
-        sdpa_ext.scaled_dot_product_attention(q, q[0], q)
+    with pytest.raises(ValueError, match="k must have at least 2 dims"):
+        sdpa_ext.scaled_dot_product_attention(q, q[0, 0, 0], q)
+    with pytest.raises(ValueError, match="must broadcast"):  # 2 heads against 3: torch rejects it too
+        three = torch.randn(3, 8, 64, dtype=torch.float16)
+        sdpa_ext.scaled_dot_product_attention(q[0], three, three)
     with pytest.raises(ValueError, match="share a dtype"):
         sdpa_ext.scaled_dot_product_attention(q, q.bfloat16(), q)
     with pytest.raises(ValueError, match="k must have the head dim of q"):

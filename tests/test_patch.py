@@ -71,7 +71,6 @@ def test_patched_timm_like_block_matches_torch_sdpa(device, head_dim):
 @pytest.mark.parametrize("case, reason", [
     ("bool_mask", "an attn_mask tensor"),
     ("float32", "dtype torch.float32"),
-    ("three_dims", "inputs that are not 4-D"),
     ("head_dim_320", "head dim 320 > 256"),
 ])
 def test_patched_calls_the_drop_in_cannot_take_run_torch_sdpa(case, reason):
@@ -81,8 +80,6 @@ def test_patched_calls_the_drop_in_cannot_take_run_torch_sdpa(case, reason):
         kwargs["attn_mask"] = torch.rand(16, 16, generator=torch.Generator().manual_seed(1)) > 0.3
     elif case == "float32":
         q, k, v = q.float(), k.float(), v.float()
-    elif case == "three_dims":
-        q, k, v = q[0], k[0], v[0]
     expected = F.scaled_dot_product_attention(q, k, v, **kwargs)
     before = fallback_counts().get(reason, 0)
     with sdpa_ext.patch_torch_sdpa(), pytest.warns(UserWarning, match=reason) if before == 0 else contextlib.nullcontext():
