@@ -150,6 +150,21 @@ def empty_in_query_layout(query: torch.Tensor, dims: int) -> torch.Tensor:
     return buffer.permute(*(order.index(dim) for dim in range(3)), 3)
 
 
+def empty_input_attention(q, k, v, is_causal, alignment):
+    """The drop-in's answer where q, k or v is empty, which the kernels do not take: an empty out where B, H, Sq or
+    v's dims are 0; zeros for rows that see no key; where q and k have no dims, every score is 0 and a row is the mean
+    of the v rows it sees. Computed here rather than by torch SDPA: torch 2.11's CPU backend stopped the process with
+    a floating-point exception on one of these calls (H200 machine, 2026-11-30), where torch 2.13 returned them."""
+    rows, keys = q.size(-2), k.size(-2)
+    query_index = torch.arange(rows, device=q.device).view(-1, 1)
+    offset = keys - rows if alignment == "bottom_right" else 0
+    sees = torch.arange(keys, device=q.device) <= query_index + offset if is_causal else \
+        torch.ones(rows, keys, dtype=torch.bool, device=q.device)
+    weights = sees.float() / sees.sum(-1, keepdim=True).clamp(min=1)
+    v = v.repeat_interleave(q.size(1) // v.size(1), dim=1) if v.size(1) not in (0, q.size(1)) else v
+    return torch.matmul(weights, v.float()).to(q.dtype)
+
+
 def attention_views(q, k, v, enable_gqa):
     """((q, k, v) as [B, H, S, D] tensors, the output's leading dims) for inputs of any rank from 2, their leading
     dims broadcast as F.scaled_dot_product_attention broadcasts them: every dim before the last two, but under
@@ -218,8 +233,8 @@ def scaled_dot_product_attention(
     Same call as F.scaled_dot_product_attention for [B, H, S, D] fp16/bf16 tensors, and as there for other ranks
     from 2 and for leading dims that broadcast (attention_views); the output has the input dtype. v may have a head
     dim of its own, as in torch. Head dims up to 256 other than 64, 128 and 256 run zero-padded to the next of those
-    (exact: see KERNEL_HEAD_DIMS); larger ones, and empty tensors, run torch SDPA, counted in fallback_counts() and
-    warned once.
+    (exact: see KERNEL_HEAD_DIMS); larger ones run torch SDPA, counted in fallback_counts() and warned once. Empty
+    tensors give what torch gives (empty_input_attention).
     is_causal is top-left aligned, as in PyTorch; attn_mask may be torch's causal_upper_left or causal_lower_right
     (bottom-right: the last query row sees every key), which F.scaled_dot_product_attention also takes.
     smooth_keys quantizes each head's keys minus their mean key (quantize_fp8_qkv's smooth_k), which leaves the
@@ -233,17 +248,14 @@ def scaled_dot_product_attention(
 def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, variant, smooth_keys):
     """scaled_dot_product_attention of [B, H, S, D] tensors."""
     _check_inputs(query, key, value, dropout_p, enable_gqa)
-    if any(t.numel() == 0 for t in (query, key, value)):
-        # torch returns what such a call means (an empty out, zeros for rows that see no key, or with q and k of no
-        # dims the mean of v); the kernels take non-empty tensors only.
-        return run_torch_sdpa("an empty q, k or v", query, key, value, attn_mask=attn_mask, is_causal=is_causal,
-                              scale=scale, enable_gqa=enable_gqa)
     head_dim, value_dim = query.size(-1), value.size(-1)
     width = kernel_head_dim(max(head_dim, value_dim))
     if width is None:
         return run_torch_sdpa(f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}", query, key, value,
                               attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
+    if any(t.numel() == 0 for t in (query, key, value)):
+        return empty_input_attention(query, key, value, is_causal, alignment)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     q8, q_scale, k8, k_scale, v8, v_scale, q_quantization = quantize_inputs(query, key, value, width, variant,

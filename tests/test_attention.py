@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 import sdpa_ext
 from sdpa_ext.attention import SMOOTH_KEYS_DEFAULT
@@ -526,20 +527,36 @@ def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
     assert_runs_torch_sdpa("head dim 320 > 256", q, q, q, is_causal=True)
 
 
-@pytest.mark.parametrize("q_shape, kv_shape, v_dims, is_causal", [
-    ((0, 2, 5, 64), (0, 2, 7, 64), 64, False),  # no batch
-    ((1, 0, 5, 64), (1, 0, 7, 64), 64, False),  # no heads
-    ((1, 2, 0, 64), (1, 2, 7, 64), 64, True),   # no queries
-    ((1, 2, 5, 64), (1, 2, 0, 64), 64, False),  # no keys: every row is 0
-    ((1, 2, 5, 64), (1, 2, 0, 64), 64, True),
-    ((1, 2, 5, 0), (1, 2, 7, 0), 64, False),    # q and k of no dims: every score 0, the mean of v
-    ((1, 2, 5, 64), (1, 2, 7, 64), 0, False),   # v of no dims
+@pytest.mark.parametrize("q_shape, kv_shape, v_dims, mask", [
+    ((0, 2, 5, 64), (0, 2, 7, 64), 64, None),  # no batch
+    ((1, 0, 5, 64), (1, 0, 7, 64), 64, None),  # no heads
+    ((1, 2, 0, 64), (1, 2, 7, 64), 64, "top_left"),   # no queries
+    ((1, 2, 5, 64), (1, 2, 0, 64), 64, None),  # no keys: every row is 0
+    ((1, 2, 5, 64), (1, 2, 0, 64), 64, "top_left"),
+    ((1, 2, 5, 0), (1, 2, 7, 0), 64, None),    # q and k of no dims: every score 0, the mean of v
+    ((1, 2, 5, 0), (1, 2, 7, 0), 64, "top_left"),  # row i: the mean of v's first i + 1 rows
+    ((1, 4, 5, 0), (1, 2, 3, 0), 64, "bottom_right"),  # grouped heads; rows 0 and 1 see no key: 0
+    ((1, 2, 5, 64), (1, 2, 7, 64), 0, None),   # v of no dims
 ])
-def test_drop_in_takes_empty_inputs_as_torch_does(q_shape, kv_shape, v_dims, is_causal):
-    # F.scaled_dot_product_attention accepts every one of these; the drop-in returns the same, through torch SDPA.
-    q, k = torch.randn(q_shape, dtype=torch.float16), torch.randn(kv_shape, dtype=torch.float16)
-    v = torch.randn(*kv_shape[:3], v_dims, dtype=torch.float16)
-    assert_runs_torch_sdpa("an empty q, k or v", q, k, v, is_causal=is_causal)
+def test_drop_in_takes_empty_inputs_as_torch_does(device, q_shape, kv_shape, v_dims, mask):
+    # F.scaled_dot_product_attention accepts every one of these (torch 2.11's CPU backend stopped the process on one
+    # of them), and defines them: its out's shape, zeros where a row sees no key, and where q and k have no dims,
+    # scores of 0, so that a row is the mean of the v rows it sees. The reference here is that definition in float64.
+    q, k = (torch.randn(shape, dtype=torch.float16, device=device) for shape in (q_shape, kv_shape))
+    v = torch.randn(*kv_shape[:3], v_dims, dtype=torch.float16, device=device)
+    rows, keys = q_shape[2], kv_shape[2]
+    sees = torch.ones(rows, keys, dtype=torch.bool)
+    if mask is not None:
+        sees = sees.tril(keys - rows if mask == "bottom_right" else 0)
+    weights = sees.double() / sees.sum(-1, keepdim=True).clamp(min=1)
+    expected = weights @ v.cpu().double().repeat_interleave(q_shape[1] // max(kv_shape[1], 1), dim=1)
+    bias = {None: None, "top_left": causal_upper_left, "bottom_right": causal_lower_right}[mask]
+    out = sdpa_ext.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias(rows, keys),
+                                                enable_gqa=q_shape[1] != kv_shape[1])
+    assert out.shape == expected.shape and out.dtype == q.dtype and out.device == q.device
+    # fp16 keeps 11 significant bits: rounding the float32 mean moves it by at most 2^-11 of itself; 2^-10 leaves the
+    # float32 sum's own error (under 2^-20 for 7 terms) its room.
+    torch.testing.assert_close(out.cpu().double(), expected, rtol=2 ** -10, atol=2 ** -24)
 
 
 @pytest.mark.parametrize("q_lead, kv_lead, enable_gqa, rows", [
