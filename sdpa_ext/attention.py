@@ -248,14 +248,14 @@ def scaled_dot_product_attention(
 def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, variant, smooth_keys):
     """scaled_dot_product_attention of [B, H, S, D] tensors."""
     _check_inputs(query, key, value, dropout_p, enable_gqa)
+    if any(t.numel() == 0 for t in (query, key, value)):  # whatever the head dim: never handed to torch SDPA
+        return empty_input_attention(query, key, value, *causal_alignment_of(attn_mask, is_causal, query, key))
     head_dim, value_dim = query.size(-1), value.size(-1)
     width = kernel_head_dim(max(head_dim, value_dim))
     if width is None:
         return run_torch_sdpa(f"head dim {max(head_dim, value_dim)} > {KERNEL_HEAD_DIMS[-1]}", query, key, value,
                               attn_mask=attn_mask, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     is_causal, alignment = causal_alignment_of(attn_mask, is_causal, query, key)
-    if any(t.numel() == 0 for t in (query, key, value)):
-        return empty_input_attention(query, key, value, is_causal, alignment)
     if scale is None:
         scale = 1.0 / math.sqrt(head_dim)
     q8, q_scale, k8, k_scale, v8, v_scale, q_quantization = quantize_inputs(query, key, value, width, variant,

@@ -537,6 +537,8 @@ def test_drop_in_runs_torch_sdpa_above_the_kernel_head_dims():
     ((1, 2, 5, 0), (1, 2, 7, 0), 64, "top_left"),  # row i: the mean of v's first i + 1 rows
     ((1, 4, 5, 0), (1, 2, 3, 0), 64, "bottom_right"),  # grouped heads; rows 0 and 1 see no key: 0
     ((1, 2, 5, 64), (1, 2, 7, 64), 0, None),   # v of no dims
+    ((1, 2, 0, 320), (1, 2, 7, 320), 320, "top_left"),  # head dims past the kernels' (else torch SDPA's) too
+    ((1, 2, 5, 320), (1, 2, 0, 320), 320, None),
 ])
 def test_drop_in_takes_empty_inputs_as_torch_does(device, q_shape, kv_shape, v_dims, mask):
     # F.scaled_dot_product_attention accepts every one of these (torch 2.11's CPU backend stopped the process on one
