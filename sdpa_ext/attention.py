@@ -156,10 +156,9 @@ def empty_input_attention(q, k, v, is_causal, alignment):
     of the v rows it sees. Computed here rather than by torch SDPA: torch 2.11's CPU backend stopped the process with
     a floating-point exception on one of these calls (H200 machine, 2026-11-30), where torch 2.13 returned them."""
     rows, keys = q.size(-2), k.size(-2)
-    query_index = torch.arange(rows, device=q.device).view(-1, 1)
-    offset = keys - rows if alignment == "bottom_right" else 0
-    sees = torch.arange(keys, device=q.device) <= query_index + offset if is_causal else \
-        torch.ones(rows, keys, dtype=torch.bool, device=q.device)
+    sees = torch.ones(rows, keys, dtype=torch.bool, device=q.device)
+    if is_causal:  # query i sees keys j <= i, or j <= i + keys - rows aligned bottom-right
+        sees = sees.tril(keys - rows if alignment == "bottom_right" else 0)
     weights = sees.float() / sees.sum(-1, keepdim=True).clamp(min=1)
     v = v.repeat_interleave(q.size(1) // v.size(1), dim=1) if v.size(1) not in (0, q.size(1)) else v
     return torch.matmul(weights, v.float()).to(q.dtype)
